@@ -1,0 +1,318 @@
+"""Finding skills: sources in precedence order, a bounded recursive search, collisions, and a stat cache.
+
+Sources, first wins on a name collision: skills added in the session, then `SKILLS_MAGIC_PATH` / IPython config
+folders, the project (`./.agents/skills`, `./.claude/skills`, `./skills`), the user (`~/.agents/skills`,
+`~/.claude/skills`), and the sample skills bundled with the package. Every shadowed skill gets a `collision`
+diagnostic; the same file reached twice (symlinks) is listed once. A warm scan is a stat pass: folders and files
+whose (size, mtime) did not change are not read again.
+"""
+
+from __future__ import annotations
+
+import os
+import stat as stat_module
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from skills_magic.skill import SKILL_FILENAMES, Diagnostic, Skill
+from skills_magic.validate import LoadResult, load_skill
+
+MAX_SEARCH_DEPTH = 6  # folders below a source root; real collections nest skills 1-3 levels deep
+SKIPPED_FOLDERS = frozenset(  # never skills, often huge: searching them would make a listing slow
+    {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
+     ".pytest_cache", ".ruff_cache", "site-packages", ".ipynb_checkpoints"}
+)
+VIRTUALENV_MARKER = "pyvenv.cfg"  # a folder holding this is a virtualenv, whatever its name
+PROJECT_FOLDERS = (".agents/skills", ".claude/skills", "skills")
+USER_FOLDERS = ("~/.agents/skills", "~/.claude/skills")
+PATH_VARIABLE = "SKILLS_MAGIC_PATH"
+
+
+@dataclass(frozen=True)
+class Source:
+    """A folder searched for skills. `label` groups sources in listings (session, path, project, user, bundled)."""
+
+    label: str
+    root: str
+    explicit: bool = False  # added by the user: hidden subfolders (`.curated/`) are searched too
+
+
+def bundled_skills_folder() -> str:
+    """The sample skills shipped with the package (inside the wheel, or the repository's in a checkout)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "sample_skills", here.parent / "sample-skills"):
+        if candidate.is_dir():
+            return str(candidate)
+    return str(here / "sample_skills")
+
+
+def default_sources(cwd: str | None = None, home: str | None = None, environ=None, extra: list[str] | tuple = ()) -> list[Source]:
+    """The standard sources in precedence order (without session-added ones)."""
+    cwd = cwd or os.getcwd()
+    environ = os.environ if environ is None else environ
+    home = home or os.path.expanduser("~")
+    sources = [Source("path", os.path.abspath(os.path.join(cwd, p)), True) for p in environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
+    sources += [Source("path", os.path.abspath(os.path.join(cwd, os.path.expanduser(p))), True) for p in extra]
+    sources += [Source("project", os.path.join(cwd, p)) for p in PROJECT_FOLDERS]
+    sources += [Source("user", os.path.join(home, p[2:])) for p in USER_FOLDERS]
+    sources.append(Source("bundled", bundled_skills_folder()))
+    return sources
+
+
+@dataclass
+class _FolderEntry:
+    mtime_ns: int
+    skill_md: str | None  # the SKILL.md path when this folder is a skill
+    subfolders: list[str]
+
+
+def _is_virtualenv(names: set[str]) -> bool:
+    return VIRTUALENV_MARKER in names
+
+
+class _Finder:
+    """The folder walk with its cache: a folder whose mtime did not change is not listed again."""
+
+    def __init__(self) -> None:
+        self.folders: dict[str, _FolderEntry] = {}
+        # (root, include_hidden) -> the folders searched with their mtimes, the SKILL.md files, the diagnostics
+        self.searches: dict[tuple[str, bool], tuple[list[tuple[str, int]], list[str], list[Diagnostic]]] = {}
+
+    def _list(self, folder: str, mtime_ns: int) -> _FolderEntry:
+        cached = self.folders.get(folder)
+        if cached is not None and cached.mtime_ns == mtime_ns:
+            return cached
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            entries = []
+        names = {e.name for e in entries}
+        skill_md = next((os.path.join(folder, n) for n in SKILL_FILENAMES if n in names), None)
+        subfolders = []
+        if skill_md is None and not _is_virtualenv(names):
+            for entry in entries:
+                try:
+                    if entry.is_dir():
+                        subfolders.append(entry.name)
+                except OSError:
+                    continue
+        entry = _FolderEntry(mtime_ns, skill_md, subfolders)
+        self.folders[folder] = entry
+        return entry
+
+    def forget(self, root: str, include_hidden: bool) -> None:
+        self.searches.pop((root, include_hidden), None)
+
+    def find(self, root: str, include_hidden: bool, diagnostics: list[Diagnostic]) -> list[str]:
+        """Every SKILL.md under root, in a stable order (depth first, names sorted)."""
+        cached = self.searches.get((root, include_hidden))
+        if cached is not None:
+            folders, found, walk_diagnostics = cached
+            stat = os.stat
+            try:
+                # the warm path: one stat per folder searched last time, nothing listed or read
+                if all(stat(folder).st_mtime_ns == mtime for folder, mtime in folders):
+                    diagnostics.extend(walk_diagnostics)
+                    return found
+            except OSError:
+                pass
+        folders, found, walk_diagnostics = self._walk(root, include_hidden)
+        self.searches[(root, include_hidden)] = (folders, found, walk_diagnostics)
+        diagnostics.extend(walk_diagnostics)
+        return found
+
+    def _walk(self, root: str, include_hidden: bool) -> tuple[list[tuple[str, int]], list[str], list[Diagnostic]]:
+        folders: list[tuple[str, int]] = []
+        found: list[str] = []
+        diagnostics: list[Diagnostic] = []
+        ancestors: list[tuple[int, int]] = []
+
+        def walk(folder: str, depth: int) -> None:
+            try:
+                st = os.stat(folder)
+            except OSError:
+                return
+            identity = (st.st_dev, st.st_ino)
+            if identity in ancestors:
+                diagnostics.append(Diagnostic("symlink-loop", "a symlink leads back to a folder above it; not followed", folder))
+                return
+            entry = self._list(folder, st.st_mtime_ns)
+            if entry.skill_md is not None:
+                # a skill folder needs no stat of its own on the warm path: scan() stats its SKILL.md, and a
+                # SKILL.md that vanished or was renamed makes scan() search this source again
+                found.append(entry.skill_md)
+                return
+            folders.append((folder, st.st_mtime_ns))
+            if depth >= MAX_SEARCH_DEPTH:
+                if entry.subfolders:
+                    diagnostics.append(Diagnostic("search-depth", f"not searched below depth {MAX_SEARCH_DEPTH}", folder))
+                return
+            ancestors.append(identity)
+            for name in entry.subfolders:
+                if name in SKIPPED_FOLDERS or (name.startswith(".") and not include_hidden):
+                    continue
+                walk(os.path.join(folder, name), depth + 1)
+            ancestors.pop()
+
+        walk(root, 0)
+        return folders, found, diagnostics
+
+
+def find_skill_files(root: str | os.PathLike, include_hidden: bool = True) -> list[str]:
+    """Every SKILL.md under a folder (the bounded, loop-safe search the catalog uses)."""
+    return _Finder().find(os.fspath(root), include_hidden, [])
+
+
+@dataclass(frozen=True)
+class Shadowed:
+    skill: Skill
+    winner: Skill
+
+
+@dataclass(frozen=True)
+class CatalogScan:
+    """One look at all sources: the visible skills in precedence order and everything else that was found."""
+
+    sources: tuple[Source, ...]
+    skills: tuple[Skill, ...]  # visible skills, grouped by source in precedence order
+    shadowed: tuple[Shadowed, ...]
+    skipped: tuple[LoadResult, ...]  # SKILL.md files that could not be loaded
+    diagnostics: tuple[Diagnostic, ...]  # every diagnostic, per-skill ones included
+    counts: dict[str, int] = field(default_factory=dict)  # skills found per source root
+    files_found: int = 0
+
+    def get(self, name: str) -> Skill | None:
+        return self._by_name.get(name)
+
+    @property
+    def _by_name(self) -> dict[str, Skill]:
+        cached = self.__dict__.get("_names")
+        if cached is None:
+            cached = {s.name: s for s in self.skills}
+            object.__setattr__(self, "_names", cached)
+        return cached
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.skills]
+
+
+def _relative_to_source(skill: Skill) -> str:
+    # messages carry no absolute paths, so outputs are the same on every machine
+    return os.path.relpath(skill.folder, os.path.dirname(skill.source_root) or "/")
+
+
+class Catalog:
+    """The skills visible in one session. `scan()` is cheap when nothing changed on disk."""
+
+    def __init__(self, sources: list[Source] | None = None):
+        self.sources: list[Source] = list(sources) if sources is not None else default_sources()
+        self._finder = _Finder()
+        self._files: dict[str, tuple[int, int, int, int, LoadResult]] = {}  # path -> (size, mtime, dev, ino, result)
+        self._last: tuple[tuple, CatalogScan] | None = None
+
+    def add(self, path: str | os.PathLike, label: str = "session") -> Source:
+        """Add a folder (a skill or a collection) ahead of the standard sources, after earlier additions."""
+        root = os.path.abspath(os.fspath(path))
+        if os.path.basename(root).lower() == "skill.md":
+            root = os.path.dirname(root)
+        source = Source(label, root, explicit=True)
+        if source in self.sources:
+            return source
+        position = sum(1 for s in self.sources if s.label == label)
+        self.sources.insert(position, source)
+        return source
+
+    def _load(self, path: str) -> tuple[LoadResult, tuple[int, int] | None] | None:
+        """The load result of one SKILL.md (cached by size, mtime and inode); None when the file is gone."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            if not os.path.lexists(path):
+                return None
+            return load_skill(path), None  # a dangling symlink: reported by the loader
+        except OSError:
+            return load_skill(path), None
+        if not stat_module.S_ISREG(st.st_mode):
+            return load_skill(path), None
+        key = (st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino)
+        cached = self._files.get(path)
+        if cached is not None and cached[:4] == key:
+            return cached[4], (st.st_dev, st.st_ino)
+        result = load_skill(path)
+        self._files[path] = (*key, result)
+        return result, (st.st_dev, st.st_ino)
+
+    def _load_source(self, source: Source, diagnostics: list[Diagnostic]) -> list:
+        for attempt in range(2):
+            found: list[Diagnostic] = []
+            loaded = []
+            for path in self._finder.find(source.root, source.explicit, found):
+                result = self._load(path)
+                if result is None:  # a skill vanished since the last search: search this source again
+                    break
+                loaded.append((source, path, *result))
+            else:
+                diagnostics.extend(found)
+                return loaded
+            self._finder.forget(source.root, source.explicit)
+        diagnostics.extend(found)
+        return loaded
+
+    def scan(self) -> CatalogScan:
+        """Look at every source; returns the previous scan object when nothing changed."""
+        diagnostics: list[Diagnostic] = []
+        results = []
+        for source in self.sources:
+            if os.path.isdir(source.root):
+                results += self._load_source(source, diagnostics)
+        fingerprint = tuple((s.root, p, id(r), i) for s, p, r, i in results) + tuple(diagnostics)
+        if self._last is not None and self._last[0] == fingerprint:
+            return self._last[1]
+        scan = self._assemble(results, diagnostics)
+        self._last = (fingerprint, scan)
+        return scan
+
+    def _assemble(self, results, walk_diagnostics: list[Diagnostic]) -> CatalogScan:
+        winners: dict[str, Skill] = {}
+        seen_files: dict[tuple[int, int], str] = {}
+        visible: list[Skill] = []
+        shadowed: list[Shadowed] = []
+        skipped: list[LoadResult] = []
+        diagnostics = list(walk_diagnostics)
+        counts: dict[str, int] = {}
+        for source, path, result, identity in results:
+            counts[source.root] = counts.get(source.root, 0) + 1
+            if identity is not None:
+                if identity in seen_files:
+                    diagnostics.append(Diagnostic("duplicate", f"the same file was already found in {seen_files[identity]}; listed once", path))
+                    continue
+                seen_files[identity] = source.label
+            diagnostics.extend(result.diagnostics)
+            if result.skill is None:
+                skipped.append(result)
+                continue
+            skill = result.skill.with_source(source.label, source.root)
+            winner = winners.get(skill.name)
+            if winner is not None:
+                shadowed.append(Shadowed(skill, winner))
+                diagnostics.append(
+                    Diagnostic(
+                        "collision",
+                        f"[collision] skill {skill.name!r} from {source.label} is hidden by the one from "
+                        f"{winner.source} ({_relative_to_source(winner)})",
+                        path,
+                    )
+                )
+                continue
+            winners[skill.name] = skill
+            visible.append(skill)
+        return CatalogScan(
+            sources=tuple(self.sources),
+            skills=tuple(visible),
+            shadowed=tuple(shadowed),
+            skipped=tuple(skipped),
+            diagnostics=tuple(diagnostics),
+            counts=counts,
+            files_found=len(results),
+        )

@@ -1,0 +1,252 @@
+"""Rich outputs: small view classes with `_repr_mimebundle_` (text/plain, text/html, a vendor JSON type).
+
+JupyterLab prefers plain `application/json` over HTML, so the JSON type is `application/vnd.skills-magic.<kind>+json`.
+Volatile facts (durations, absolute roots) go in the output's metadata, never its data, so an executed notebook is
+the same on every run and every clone (`pytest --nbval`). Paths in data are relative to the notebook's folder.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Callable, Sequence
+
+from skills_magic.catalog import CatalogScan, Source
+from skills_magic.listing import Listing
+from skills_magic.session import SourceStatus
+from skills_magic.skill import Diagnostic, Skill
+from skills_magic.validate import Verdict
+
+MIME_PREFIX = "application/vnd.skills-magic."
+ADDED_NAMES_SHOWN = 10  # `%skills add` of a big collection names a few skills, `%skills list` shows them all
+SEVERITY_MARK = {"error": "✗", "warning": "!", "info": "·"}
+
+PathShow = Callable[[str], str]
+
+
+def mime(kind: str) -> str:
+    return f"{MIME_PREFIX}{kind}+json"
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+class View:
+    """Base of every output: subclasses give text, html and JSON; metadata holds the volatile facts."""
+
+    kind = "view"
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def html(self) -> str:
+        return f"<pre>{_e(self.text())}</pre>"
+
+    def data(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def metadata(self) -> dict[str, Any]:
+        return {}
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = {"text/plain": self.text(), "text/html": self.html(), mime(self.kind): self.data()}
+        meta = self.metadata()
+        return bundle, ({mime(self.kind): meta} if meta else {})
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def diagnostic_data(d: Diagnostic, show: PathShow) -> dict[str, Any]:
+    return {**d.to_dict(), "path": show(d.path)}
+
+
+def diagnostic_line(d: Diagnostic, show: PathShow) -> str:
+    where = show(d.path)
+    if d.line is not None:
+        where += f":{d.line}" + (f":{d.column}" if d.column is not None else "")
+    return f"{SEVERITY_MARK[d.severity]} {where}: [{d.code}] {d.message}"
+
+
+class ListingView(View):
+    kind = "listing"
+
+    def __init__(self, scan: CatalogScan, listing: Listing, text: str, show: PathShow, seconds: float | None = None):
+        self.scan, self.listing, self._text, self.show, self.seconds = scan, listing, text, show, seconds
+
+    def _summary(self) -> str:
+        problems = sum(1 for d in self.scan.diagnostics if d.severity != "info")
+        return (
+            f"{len(self.scan.skills)} skills ({len(self.scan.shadowed)} hidden by collisions, "
+            f"{len(self.scan.skipped)} skipped); {problems} diagnostics: %skills diagnostics"
+        )
+
+    def text(self) -> str:
+        return self._text + ("\n" if self._text else "") + self._summary()
+
+    def html(self) -> str:
+        parts = []
+        for label, entries in self.listing.groups:
+            rows = "".join(
+                f"<tr><td><code>{_e(e.name)}</code></td><td>{_e(e.description or '')}</td></tr>" for e in entries
+            )
+            parts.append(f"<h4>{_e(label)}</h4><table><tbody>{rows}</tbody></table>")
+        marker = self.listing.marker()
+        if marker:
+            parts.append(f"<p><strong>{_e(marker)}</strong></p>")
+        parts.append(f"<p><em>{_e(self._summary())}</em></p>")
+        return "<div class='skills-magic-listing'>" + "".join(parts) + "</div>"
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "groups": [
+                {
+                    "source": label,
+                    "skills": [
+                        {
+                            "name": e.name,
+                            "description": e.skill.description,
+                            "shown_description": e.description,
+                            "folder": self.show(e.skill.folder),
+                            "version": e.skill.version,
+                            "model_visible": e.skill.model_visible,
+                        }
+                        for e in entries
+                    ],
+                }
+                for label, entries in self.listing.groups
+            ],
+            "shown": self.listing.shown,
+            "total": self.listing.total,
+            "budget": self.listing.budget,
+            "marker": self.listing.marker(),
+            "hidden_by_collision": len(self.scan.shadowed),
+            "skipped": len(self.scan.skipped),
+        }
+
+    def metadata(self) -> dict[str, Any]:
+        return {} if self.seconds is None else {"seconds": round(self.seconds, 6)}
+
+
+class SkillView(View):
+    """`%skills show`: the annotation line and the body verbatim (rendered Markdown in HTML)."""
+
+    kind = "skill"
+
+    def __init__(self, skill: Skill, show: PathShow):
+        self.skill, self.show = skill, show
+
+    def annotation(self) -> str:
+        return self.skill.annotation(self.show(self.skill.folder))
+
+    def text(self) -> str:
+        return self.annotation() + "\n" + self.skill.body
+
+    def html(self) -> str:
+        from markdown_it import MarkdownIt
+
+        # raw HTML in a skill body is shown as text, never rendered: skills are untrusted input
+        body = MarkdownIt("commonmark", {"html": False}).render(self.skill.body)
+        return f"<div class='skills-magic-skill'><p><code>{_e(self.annotation())}</code></p>{body}</div>"
+
+    def data(self) -> dict[str, Any]:
+        fm = self.skill.frontmatter
+        return {
+            "name": self.skill.name,
+            "source": self.skill.source,
+            "version": self.skill.version,
+            "folder": self.show(self.skill.folder),
+            "annotation": self.annotation(),
+            "frontmatter": fm.model_dump(by_alias=True, exclude_none=True, mode="json"),
+            "body": self.skill.body,
+        }
+
+
+class VerdictsView(View):
+    kind = "validation"
+
+    def __init__(self, verdicts: Sequence[Verdict], show: PathShow):
+        self.verdicts, self.show = list(verdicts), show
+
+    @property
+    def valid(self) -> bool:
+        return all(v.valid for v in self.verdicts)
+
+    def text(self) -> str:
+        lines = []
+        for v in self.verdicts:
+            lines.append(f"{'valid  ' if v.valid else 'INVALID'} {self.show(v.folder)}")
+            lines += [f"    {diagnostic_line(d, self.show)}" for d in v.diagnostics]
+        ok = sum(v.valid for v in self.verdicts)
+        lines.append(f"{ok} of {len(self.verdicts)} valid")
+        return "\n".join(lines)
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "valid": self.valid,
+            "results": [
+                {"folder": self.show(v.folder), "valid": v.valid, "diagnostics": [diagnostic_data(d, self.show) for d in v.diagnostics]}
+                for v in self.verdicts
+            ],
+        }
+
+
+class SourcesView(View):
+    kind = "sources"
+
+    def __init__(self, statuses: Sequence[SourceStatus], show: PathShow):
+        self.statuses, self.show = list(statuses), show
+
+    def text(self) -> str:
+        lines = ["precedence  source   skills  folder"]
+        for i, st in enumerate(self.statuses, 1):
+            count = str(st.skills) if st.exists else "-"
+            lines.append(f"{i:>10}  {st.source.label:<8} {count:>6}  {self._root(st.source)}{'' if st.exists else '  (absent)'}")
+        return "\n".join(lines)
+
+    def _root(self, source: Source) -> str:
+        return "<bundled sample skills>" if source.label == "bundled" else self.show(source.root)
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "sources": [
+                {"precedence": i, "label": st.source.label, "folder": self._root(st.source), "exists": st.exists, "skills": st.skills}
+                for i, st in enumerate(self.statuses, 1)
+            ]
+        }
+
+
+class DiagnosticsView(View):
+    kind = "diagnostics"
+
+    def __init__(self, diagnostics: Sequence[Diagnostic], show: PathShow):
+        self.diagnostics, self.show = list(diagnostics), show
+
+    def text(self) -> str:
+        if not self.diagnostics:
+            return "no diagnostics"
+        counts: dict[str, int] = {}
+        for d in self.diagnostics:
+            counts[d.severity] = counts.get(d.severity, 0) + 1
+        summary = ", ".join(f"{n} {sev}{'s' if n > 1 else ''}" for sev, n in counts.items())
+        return "\n".join([diagnostic_line(d, self.show) for d in self.diagnostics] + [summary])
+
+    def data(self) -> dict[str, Any]:
+        return {"diagnostics": [diagnostic_data(d, self.show) for d in self.diagnostics]}
+
+
+class AddedView(View):
+    kind = "added"
+
+    def __init__(self, source: Source, skills: Sequence[Skill], diagnostics: Sequence[Diagnostic], show: PathShow):
+        self.source, self.skills, self.diagnostics, self.show = source, list(skills), list(diagnostics), show
+
+    def text(self) -> str:
+        names = ", ".join(s.name for s in self.skills[:ADDED_NAMES_SHOWN]) or "none"
+        if len(self.skills) > ADDED_NAMES_SHOWN:
+            names += f", and {len(self.skills) - ADDED_NAMES_SHOWN} more"
+        problems = sum(1 for d in self.diagnostics if d.severity != "info")
+        return f"added {self.show(self.source.root)}: {len(self.skills)} skills visible ({names}); {problems} diagnostics"
+
+    def data(self) -> dict[str, Any]:
+        return {"folder": self.show(self.source.root), "skills": [s.name for s in self.skills]}

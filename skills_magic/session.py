@@ -1,0 +1,115 @@
+"""SkillsSession: one object per kernel (or CLI call) holding the catalog and answering every front end.
+
+Magics and the CLI only parse arguments, call a method here and display what it returns, so a notebook, a test
+and a CI job share one code path. Nothing here imports IPython.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+
+from skills_magic.catalog import Catalog, CatalogScan, Source, default_sources
+from skills_magic.errors import SkillNotFound, SourceNotFound
+from skills_magic.listing import DEFAULT_BUDGET_CHARS, Listing, text_listing
+from skills_magic.skill import Diagnostic, Skill
+from skills_magic.validate import Verdict, validate_folder, validate_path
+
+MAX_PARENT_HOPS = 3  # shown paths may climb this many folders from the cwd before we fall back to ~ or absolute
+
+
+def display_path(path: str, cwd: str | None = None) -> str:
+    """A path as shown in outputs: relative to the notebook's folder, so outputs are the same on every clone."""
+    if not path:
+        return path
+    cwd = cwd or os.getcwd()
+    absolute = os.path.abspath(path)
+    try:
+        relative = os.path.relpath(absolute, cwd)
+    except ValueError:  # another drive on Windows
+        relative = absolute
+    if relative.split(os.sep)[: MAX_PARENT_HOPS + 1].count(os.pardir) <= MAX_PARENT_HOPS:
+        return relative
+    home = os.path.expanduser("~")
+    if absolute.startswith(home + os.sep):
+        return "~" + absolute[len(home) :]
+    return absolute
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    source: Source
+    exists: bool
+    skills: int
+
+
+class SkillsSession:
+    """The catalog of one kernel, and the operations the front ends offer on it."""
+
+    def __init__(self, sources: list[Source] | None = None, cwd: str | None = None, extra_paths: list[str] | tuple = ()):
+        self.cwd = os.path.abspath(cwd or os.getcwd())
+        self.catalog = Catalog(sources if sources is not None else default_sources(self.cwd, extra=extra_paths))
+        self.budget: int | None = DEFAULT_BUDGET_CHARS
+        self._listings: dict[tuple[int | None, str | None], tuple[CatalogScan, Listing, str]] = {}
+
+    # --- catalog ------------------------------------------------------------------------------------------------
+
+    def scan(self) -> CatalogScan:
+        return self.catalog.scan()
+
+    def add(self, path: str) -> tuple[Source, list[Skill]]:
+        """Add a skill folder or a collection; returns the source and the skills it made visible."""
+        absolute = os.path.abspath(os.path.join(self.cwd, os.path.expanduser(path)))
+        if not os.path.exists(absolute):
+            raise SourceNotFound(path)
+        source = self.catalog.add(absolute)
+        scan = self.scan()
+        return source, [s for s in scan.skills if s.source_root == source.root]
+
+    def skill(self, name: str) -> Skill:
+        scan = self.scan()
+        found = scan.get(name)
+        if found is None:
+            raise SkillNotFound(name, difflib.get_close_matches(name, scan.names(), n=3))
+        return found
+
+    def listing(self, budget: int | None = -1, source: str | None = None) -> tuple[CatalogScan, Listing, str]:
+        """The text listing (budget -1: the session's budget; None or 0: everything)."""
+        scan = self.scan()
+        budget = self.budget if budget == -1 else budget
+        cached = self._listings.get((budget, source))
+        if cached is not None and cached[0] is scan:  # nothing changed on disk: the same listing
+            return cached
+        skills = [s for s in scan.skills if source is None or s.source == source]
+        listing, text = text_listing(skills, budget)
+        self._listings[(budget, source)] = (scan, listing, text)
+        return scan, listing, text
+
+    def sources(self) -> list[SourceStatus]:
+        scan = self.scan()
+        return [SourceStatus(s, os.path.isdir(s.root), scan.counts.get(s.root, 0)) for s in self.catalog.sources]
+
+    def diagnostics(self, severity: str | None = None, code: str | None = None) -> list[Diagnostic]:
+        return [
+            d
+            for d in self.scan().diagnostics
+            if (severity is None or d.severity == severity) and (code is None or d.code == code)
+        ]
+
+    def validate(self, target: str | None = None) -> list[Verdict]:
+        """Strict verdicts: for a catalog name, a path, or (no target) every skill in the catalog."""
+        if target is None:
+            scan = self.scan()
+            folders = [s.folder for s in scan.skills] + [os.path.dirname(r.path) for r in scan.skipped]
+            return [validate_folder(f) for f in folders]
+        found = self.scan().get(target)
+        if found is not None:
+            return [validate_folder(found.folder)]
+        path = os.path.join(self.cwd, os.path.expanduser(target))
+        if not os.path.exists(path):
+            raise SkillNotFound(target, difflib.get_close_matches(target, self.scan().names(), n=3))
+        return validate_path(path)
+
+    def show_path(self, path: str) -> str:
+        return display_path(path, self.cwd)

@@ -1,0 +1,293 @@
+"""The field rules of the Agent Skills specification, and the two strictness levels that use them.
+
+`validate_path` applies the specification exactly (the verdict agrees with skills-ref 0.1.1 wherever that library
+is right; docs/validation.md lists where it is not). `load_skill` is lenient like real clients: a skill with a
+fixable problem loads with a warning, one with no usable description or no parseable frontmatter is skipped.
+Each rule is a small function returning diagnostics, so one run reports every problem at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from skills_magic.skill import (
+    EXTENSION_FIELDS,
+    SPEC_FIELDS,
+    Diagnostic,
+    Frontmatter,
+    Skill,
+    SkillFile,
+    find_skill_md,
+    is_blocking,
+    is_spec_valid,
+    read_skill_file,
+)
+
+MAX_NAME_LENGTH = 64  # the specification's limits
+MAX_DESCRIPTION_LENGTH = 1024
+MAX_COMPATIBILITY_LENGTH = 500
+
+_NAME_SHAPE = re.compile(r"^[^\W_](?:[^\W_]|-(?!-))*(?<!-)$")  # letters/digits, single inner hyphens
+_PLAIN_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # the common case, valid without further checks
+_LENIENT_KEYS = SPEC_FIELDS | EXTENSION_FIELDS
+
+
+def normalize_name(name: str) -> str:
+    return unicodedata.normalize("NFKC", name.strip())
+
+
+def is_valid_name(name: Any) -> bool:
+    """A name the specification accepts (not checking the folder)."""
+    if not isinstance(name, str):
+        return False
+    if _PLAIN_NAME.fullmatch(name):
+        return len(name) <= MAX_NAME_LENGTH
+    name = normalize_name(name)
+    return 0 < len(name) <= MAX_NAME_LENGTH and name == name.lower() and bool(_NAME_SHAPE.match(name))
+
+
+def _check_name(sf: SkillFile, folder: str) -> list[Diagnostic]:
+    data, path, line = sf.frontmatter, sf.path, sf.line_of("name")
+    if "name" not in data:
+        return [Diagnostic("name-missing", "required field `name` is missing", path)]
+    raw = data["name"]
+    if not isinstance(raw, str):
+        return [Diagnostic("name-not-string", f"`name` must be a string, not {type(raw).__name__} ({raw!r})", path, line)]
+    if _PLAIN_NAME.fullmatch(raw) and len(raw) <= MAX_NAME_LENGTH:
+        if raw == unicodedata.normalize("NFKC", os.path.basename(folder)):
+            return []
+        return [Diagnostic("name-mismatch", f"`name` {raw!r} differs from the folder name {os.path.basename(folder)!r}", path, line)]
+    if not raw.strip():
+        return [Diagnostic("name-empty", "`name` must not be empty", path, line)]
+    name = normalize_name(raw)
+    found = []
+    if len(name) > MAX_NAME_LENGTH:
+        found.append(Diagnostic("name-too-long", f"`name` has {len(name)} characters; at most {MAX_NAME_LENGTH} are allowed", path, line))
+    if name != name.lower():
+        found.append(Diagnostic("name-uppercase", f"`name` {name!r} must be lowercase", path, line))
+    if name.startswith("-") or name.endswith("-"):
+        found.append(Diagnostic("name-hyphen-edge", f"`name` {name!r} must not start or end with a hyphen", path, line))
+    if "--" in name:
+        found.append(Diagnostic("name-double-hyphen", f"`name` {name!r} must not contain `--`", path, line))
+    bad = sorted({c for c in name if not (c.isalnum() or c == "-")})
+    if bad:
+        shown = "".join(bad).replace(" ", "␠")
+        found.append(Diagnostic("name-invalid-chars", f"`name` {name!r} has characters other than letters, digits and hyphens: {shown!r}", path, line))
+    folder_name = unicodedata.normalize("NFKC", os.path.basename(folder))
+    if folder_name != name:
+        found.append(Diagnostic("name-mismatch", f"`name` {name!r} differs from the folder name {os.path.basename(folder)!r}", path, line))
+    return found
+
+
+def _check_description(sf: SkillFile) -> list[Diagnostic]:
+    data, path, line = sf.frontmatter, sf.path, sf.line_of("description")
+    if "description" not in data:
+        return [Diagnostic("description-missing", "required field `description` is missing", path)]
+    raw = data["description"]
+    if not isinstance(raw, str):
+        return [Diagnostic("description-not-string", f"`description` must be a string, not {type(raw).__name__}", path, line)]
+    if not raw.strip():
+        return [Diagnostic("description-empty", "`description` must not be empty", path, line)]
+    if len(raw) > MAX_DESCRIPTION_LENGTH:
+        return [Diagnostic("description-too-long", f"`description` has {len(raw)} characters; at most {MAX_DESCRIPTION_LENGTH} are allowed", path, line)]
+    return []
+
+
+def _check_compatibility(sf: SkillFile) -> list[Diagnostic]:
+    data, path, line = sf.frontmatter, sf.path, sf.line_of("compatibility")
+    if "compatibility" not in data:
+        return []
+    raw = data["compatibility"]
+    if raw is not None and not isinstance(raw, str):
+        return [Diagnostic("compatibility-not-string", f"`compatibility` must be a string, not {type(raw).__name__}", path, line)]
+    length = len(raw or "")
+    if not 1 <= length <= MAX_COMPATIBILITY_LENGTH:
+        return [Diagnostic("compatibility-length", f"`compatibility` has {length} characters; it must have 1-{MAX_COMPATIBILITY_LENGTH}", path, line)]
+    return []
+
+
+def _check_license(sf: SkillFile) -> list[Diagnostic]:
+    raw = sf.frontmatter.get("license")
+    if raw is not None and not isinstance(raw, str):
+        return [Diagnostic("license-not-string", f"`license` must be a string, not {type(raw).__name__}", sf.path, sf.line_of("license"))]
+    return []
+
+
+def _check_metadata(sf: SkillFile) -> list[Diagnostic]:
+    if "metadata" not in sf.frontmatter or sf.frontmatter["metadata"] is None:
+        return []
+    raw, path, line = sf.frontmatter["metadata"], sf.path, sf.line_of("metadata")
+    if not isinstance(raw, dict):
+        return [Diagnostic("metadata-not-mapping", f"`metadata` must be a mapping of strings to strings, not {type(raw).__name__}", path, line)]
+    bad = [k for k, v in raw.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        detail = ", ".join(f"{k!r}: {type(raw[k]).__name__}" for k in bad[:5])
+        return [Diagnostic("metadata-not-string", f"`metadata` must map strings to strings; quote these values: {detail}", path, line)]
+    return []
+
+
+def _check_allowed_tools(sf: SkillFile) -> list[Diagnostic]:
+    raw = sf.frontmatter.get("allowed-tools")
+    if raw is not None and not isinstance(raw, str):
+        return [Diagnostic("allowed-tools-not-string", f"`allowed-tools` must be a space-delimited string, not {type(raw).__name__}", sf.path, sf.line_of("allowed-tools"))]
+    return []
+
+
+def _check_keys(sf: SkillFile, strict: bool) -> list[Diagnostic]:
+    allowed = SPEC_FIELDS if strict else _LENIENT_KEYS
+    found = []
+    for key in sf.frontmatter:
+        if key in allowed:
+            continue
+        why = " (a client extension, not in the specification)" if key in EXTENSION_FIELDS else ""
+        found.append(Diagnostic("unknown-field", f"unknown frontmatter key {key!r}{why}", sf.path, sf.line_of(str(key))))
+    return found
+
+
+def check_fields(sf: SkillFile, folder: str, strict: bool) -> list[Diagnostic]:
+    """Every field rule over a parsed frontmatter. `strict` also reports client-extension keys."""
+    return [
+        *_check_keys(sf, strict),
+        *_check_name(sf, folder),
+        *_check_description(sf),
+        *_check_compatibility(sf),
+        *_check_license(sf),
+        *_check_metadata(sf),
+        *_check_allowed_tools(sf),
+    ]
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """A SKILL.md loaded leniently: the skill (None when skipped) and every diagnostic about it."""
+
+    path: str
+    skill: Skill | None
+    diagnostics: tuple[Diagnostic, ...]
+
+
+def _frontmatter_model(data: dict[str, Any], path: str) -> tuple[Frontmatter, list[Diagnostic]]:
+    """The pydantic model of the fields, dropping (with a diagnostic) extension fields of the wrong type."""
+    data = dict(data)
+    # strings are what the spec promises; lenient loading reads `version: 1.0` as the author meant it
+    if isinstance(data.get("metadata"), dict):
+        data["metadata"] = {str(k): str(v) for k, v in data["metadata"].items() if v is not None}
+    elif "metadata" in data:
+        data.pop("metadata")
+    for key in ("name", "description", "license", "compatibility"):
+        if key in data and not isinstance(data[key], str):
+            data.pop(key)  # already reported by the field rules
+    if isinstance(data.get("allowed-tools"), list):
+        data["allowed-tools"] = [str(tool) for tool in data["allowed-tools"]]
+    found = []
+    for _ in range(len(data) + 1):
+        try:
+            return Frontmatter.model_validate(data), found
+        except ValidationError as error:
+            bad_keys = {e["loc"][0] for e in error.errors() if e["loc"]}
+            for key in bad_keys:
+                found.append(Diagnostic("field-type", f"{key!r} has the wrong type ({type(data.get(key)).__name__}); it is ignored", path))
+                data.pop(key, None)
+            if not bad_keys:
+                raise
+    raise AssertionError("unreachable: every failing key is removed")
+
+
+def load_skill_file(sf: SkillFile) -> LoadResult:
+    """Lenient loading of a read SKILL.md: load with warnings where a client would, skip where it cannot."""
+    diagnostics = list(sf.diagnostics)
+    if sf.frontmatter is None:
+        return LoadResult(sf.path, None, tuple(diagnostics))
+    folder = os.path.dirname(sf.path)
+    diagnostics.extend(check_fields(sf, folder, strict=False))
+    if is_blocking(diagnostics):
+        return LoadResult(sf.path, None, tuple(diagnostics))
+    model, type_problems = _frontmatter_model(sf.frontmatter, sf.path)
+    diagnostics.extend(type_problems)
+    folder_name = unicodedata.normalize("NFKC", os.path.basename(folder))
+    raw_name = sf.frontmatter.get("name")
+    # the listed name: the author's when the spec accepts it, else the folder's (what Claude Code uses)
+    name = normalize_name(raw_name) if is_valid_name(raw_name) else folder_name
+    skill = Skill(
+        name=name,
+        description=model.description.strip(),
+        path=sf.path,
+        frontmatter=model,
+        body=sf.body,
+        diagnostics=tuple(diagnostics),
+    )
+    return LoadResult(sf.path, skill, tuple(diagnostics))
+
+
+def load_skill(path: str | os.PathLike) -> LoadResult:
+    return load_skill_file(read_skill_file(path))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The strict verdict on one skill folder."""
+
+    folder: str
+    skill_md: str | None
+    diagnostics: tuple[Diagnostic, ...]
+
+    @property
+    def valid(self) -> bool:
+        return is_spec_valid(self.diagnostics)
+
+    @property
+    def problems(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity != "info"]
+
+
+def validate_folder(folder: str | os.PathLike) -> Verdict:
+    """Apply the specification exactly to one skill folder (or its SKILL.md)."""
+    folder = os.fspath(folder)
+    if os.path.basename(folder).lower() == "skill.md" and os.path.isfile(folder):
+        folder = os.path.dirname(folder) or "."
+    # `validate .` must judge the folder's real name, not "." (skills-ref compares against "")
+    folder = os.path.abspath(folder)
+    if not os.path.exists(folder):
+        return Verdict(folder, None, (Diagnostic("not-found", "no such file or folder", folder),))
+    if not os.path.isdir(folder):
+        return Verdict(folder, None, (Diagnostic("skill-md-missing", "not a skill folder (no SKILL.md)", folder),))
+    skill_md = find_skill_md(folder)
+    if skill_md is None:
+        return Verdict(folder, None, (Diagnostic("skill-md-missing", "the folder has no SKILL.md", folder),))
+    sf = read_skill_file(skill_md)
+    diagnostics = list(sf.diagnostics)
+    if sf.frontmatter is not None:
+        diagnostics.extend(check_fields(sf, folder, strict=True))
+    return Verdict(folder, skill_md, tuple(diagnostics))
+
+
+def validate_path(path: str | os.PathLike) -> list[Verdict]:
+    """Validate a skill folder, a SKILL.md, or every skill found under a collection folder."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        return [validate_folder(path)]
+    if os.path.isfile(path) or find_skill_md(path) is not None:
+        return [validate_folder(path)]
+    from skills_magic.catalog import find_skill_files
+
+    found = [validate_folder(os.path.dirname(p)) for p in find_skill_files(path, include_hidden=True)]
+    return found or [validate_folder(path)]
+
+
+__all__ = [
+    "LoadResult",
+    "Verdict",
+    "check_fields",
+    "is_blocking",
+    "is_valid_name",
+    "load_skill",
+    "load_skill_file",
+    "validate_folder",
+    "validate_path",
+]
