@@ -26,6 +26,8 @@ VIRTUALENV_MARKER = "pyvenv.cfg"  # a folder holding this is a virtualenv, whate
 PROJECT_FOLDERS = (".agents/skills", ".claude/skills", "skills")
 USER_FOLDERS = ("~/.agents/skills", "~/.claude/skills")
 PATH_VARIABLE = "SKILLS_MAGIC_PATH"
+SOURCES_VARIABLE = "SKILLS_MAGIC_SOURCES"  # e.g. "project,bundled": a notebook that must re-run anywhere leaves out ~
+STANDARD_LABELS = ("path", "project", "user", "bundled")
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,11 @@ def default_sources(cwd: str | None = None, home: str | None = None, environ=Non
     sources += [Source("project", os.path.join(cwd, p)) for p in PROJECT_FOLDERS]
     sources += [Source("user", os.path.join(home, p[2:])) for p in USER_FOLDERS]
     sources.append(Source("bundled", bundled_skills_folder()))
-    return sources
+    wanted = [label.strip() for label in environ.get(SOURCES_VARIABLE, "").split(",") if label.strip()]
+    unknown = set(wanted) - set(STANDARD_LABELS)
+    if unknown:
+        raise ValueError(f"{SOURCES_VARIABLE} names unknown sources {sorted(unknown)}; use some of {', '.join(STANDARD_LABELS)}")
+    return [s for s in sources if s.label in wanted] if wanted else sources
 
 
 @dataclass
@@ -299,7 +305,7 @@ class Catalog:
                 diagnostics.append(
                     Diagnostic(
                         "collision",
-                        f"[collision] skill {skill.name!r} from {source.label} is hidden by the one from "
+                        f"skill {skill.name!r} from {source.label} is hidden by the one from "
                         f"{winner.source} ({_relative_to_source(winner)})",
                         path,
                     )

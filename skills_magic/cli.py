@@ -52,7 +52,9 @@ def _validate(args) -> int:
         for v in verdicts:
             print(f"{'Valid skill' if v.valid else 'Invalid skill'}: {display_path(v.folder)}")
             for d in v.diagnostics:
-                print(f"  {diagnostic_line(d, display_path)}", file=sys.stdout if v.valid else sys.stderr)
+                print(f"  {diagnostic_line(d, display_path)}")
+        if len(verdicts) > 1:
+            print(f"{sum(v.valid for v in verdicts)} of {len(verdicts)} valid")
     return EXIT_OK if view.valid else EXIT_INVALID
 
 

@@ -80,11 +80,16 @@ def _marker(shown: int, total: int, shortened: int, limit: int | None, dropped_d
     where = ""
     if dropped:
         where = " (" + ", ".join(f"{label}: {n}" for label, n in dropped_entries.items()) + ")"
-    short = f"shortened {shortened} descriptions to {limit} characters; " if shortened else ""
+    short = f"shortened {_count(shortened, 'description')} to {limit} characters; " if shortened else ""
     return (
-        f"[skills listing truncated: showed {shown} of {total} skills; {short}dropped {dropped_descriptions} "
-        f"descriptions and {dropped} entries{where}; the full catalog: %skills list --budget 0]"
+        f"[skills listing truncated: showed {shown} of {total} skills; {short}dropped "
+        f"{_count(dropped_descriptions, 'description')} and {_count(dropped, 'entry', 'entries')}{where}; "
+        f"the full catalog: %skills list --budget 0]"
     )
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 def _group(skills: Sequence[Skill]) -> list[tuple[str, list[Skill]]]:

@@ -37,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="%skills", add_help=False, usage=USAGE)
+    parser = _Parser(prog="skills", add_help=False)
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     listing = sub.add_parser("list", add_help=False)
     listing.add_argument("--source", help="only this source label (session, path, project, user, bundled)")

@@ -274,13 +274,15 @@ def _split(text: str) -> tuple[str, str, int] | None:
         position = fence + 1
 
 
-def _yaml_problem(path: str, error: yaml.YAMLError, fence_lines: int = 1) -> Diagnostic:
+def _yaml_problem(path: str, error: yaml.YAMLError, text: str, fence_lines: int = 1) -> Diagnostic:
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
     problem = getattr(error, "problem", None) or str(error)
     context = getattr(error, "context", None)
     message = f"{context}, {problem}" if context else str(problem)
-    if "'\\t'" in message:
-        message += " (YAML does not allow tabs for indentation)"
+    if mark is not None:
+        lines = text.splitlines()
+        if mark.line < len(lines) and "\t" in lines[mark.line][: mark.column + 1]:
+            message += " (a tab: YAML allows only spaces for indentation)"
     if mark is None:
         return Diagnostic("yaml-error", message, path)
     return Diagnostic("yaml-error", message, path, mark.line + 1 + fence_lines, mark.column + 1)
@@ -296,7 +298,7 @@ def parse_frontmatter(text: str, path: str = "<string>") -> tuple[Any, list[Diag
         node = loader.get_single_node()
         data = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as error:
-        return None, [_yaml_problem(path, error)], {}
+        return None, [_yaml_problem(path, error, text)], {}
     finally:
         loader.dispose()
     key_lines = {}

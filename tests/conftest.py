@@ -1,0 +1,60 @@
+"""Shared fixtures. Tests that need something a user's clone may lack (the shared corpus) skip with a reason;
+with SKILLS_MAGIC_STRICT_SKIPS=1 (set by .ci/run) every skip is reported as a failure instead, so CI runs them all."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("SKILLS_MAGIC_CORPUS", REPO.parent / "shared" / "corpus"))
+STRICT_SKIPS = os.environ.get("SKILLS_MAGIC_STRICT_SKIPS") == "1"
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """The ~1,000 real SKILL.md files in ../shared/corpus (read in place, never copied)."""
+    if not CORPUS.is_dir():
+        pytest.skip(f"the skills corpus is not at {CORPUS} (it ships beside the repository, not in it; set SKILLS_MAGIC_CORPUS)")
+    return CORPUS
+
+
+@pytest.fixture(scope="session")
+def corpus_skill_folders(corpus) -> list[Path]:
+    return sorted(p.parent for p in corpus.rglob("*") if p.name in ("SKILL.md", "skill.md") and p.is_file())
+
+
+@pytest.fixture
+def sample_skills() -> Path:
+    return REPO / "sample-skills"
+
+
+@pytest.fixture
+def messy_skills() -> Path:
+    return REPO / "examples" / "messy-skills"
+
+
+def make_skill(folder: Path, frontmatter: str | None = None, body: str = "# Body\n\nDo the thing.\n", *, name: str | None = None,
+               description: str = "Does a thing. Use when testing.", raw: bytes | None = None, filename: str = "SKILL.md") -> Path:
+    """Write a skill folder; `raw` writes exact bytes, `frontmatter` exact YAML text, else name + description."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / filename
+    if raw is not None:
+        path.write_bytes(raw)
+    else:
+        if frontmatter is None:
+            frontmatter = f"name: {name or folder.name}\ndescription: {description}\n"
+        path.write_text(f"---\n{frontmatter}---\n{body}", encoding="utf-8")
+    return path
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if STRICT_SKIPS and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but SKILLS_MAGIC_STRICT_SKIPS=1 forbids skips in CI: {reason}"
