@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -204,7 +205,15 @@ class Skill:
         return f"[skill {self.name} | {self.source or '-'} | {self.version} | {folder or self.folder}]"
 
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's C parser when installed: 5-10x faster
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's C parser when installed: 5-10x faster
+    """Safe YAML with YAML 1.2 booleans: `description: yes` is the string "yes", as real clients read it."""
+
+
+_YAML12_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, _YAML12_BOOL if tag == "tag:yaml.org,2002:bool" else regexp) for tag, regexp in resolvers]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def _duplicate_keys(node, found: list[tuple[str, int, int]]) -> None:
