@@ -65,47 +65,37 @@ def default_sources(cwd: str | None = None, home: str | None = None, environ=Non
     return [s for s in sources if s.label in wanted] if wanted else sources
 
 
-@dataclass
-class _FolderEntry:
-    mtime_ns: int
-    skill_md: str | None  # the SKILL.md path when this folder is a skill
-    subfolders: list[str]
-
-
 def _is_virtualenv(names: set[str]) -> bool:
     return VIRTUALENV_MARKER in names
 
 
+def _list(folder: str) -> tuple[str | None, list[str]]:
+    """A folder's SKILL.md (when it is a skill) or else its subfolders, names sorted."""
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return None, []
+    names = {e.name for e in entries}
+    skill_md = next((os.path.join(folder, n) for n in SKILL_FILENAMES if n in names), None)
+    if skill_md is not None or _is_virtualenv(names):
+        return skill_md, []
+    subfolders = []
+    for entry in entries:
+        try:
+            if entry.is_dir():
+                subfolders.append(entry.name)
+        except OSError:
+            continue
+    return None, subfolders
+
+
 class _Finder:
-    """The folder walk with its cache: a folder whose mtime did not change is not listed again."""
+    """The folder walk, remembered: when no searched folder changed its mtime, the last result stands."""
 
     def __init__(self) -> None:
-        self.folders: dict[str, _FolderEntry] = {}
         # (root, include_hidden) -> the folders searched with their mtimes, the SKILL.md files, the diagnostics
         self.searches: dict[tuple[str, bool], tuple[list[tuple[str, int]], list[str], list[Diagnostic]]] = {}
-
-    def _list(self, folder: str, mtime_ns: int) -> _FolderEntry:
-        cached = self.folders.get(folder)
-        if cached is not None and cached.mtime_ns == mtime_ns:
-            return cached
-        try:
-            with os.scandir(folder) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError:
-            entries = []
-        names = {e.name for e in entries}
-        skill_md = next((os.path.join(folder, n) for n in SKILL_FILENAMES if n in names), None)
-        subfolders = []
-        if skill_md is None and not _is_virtualenv(names):
-            for entry in entries:
-                try:
-                    if entry.is_dir():
-                        subfolders.append(entry.name)
-                except OSError:
-                    continue
-        entry = _FolderEntry(mtime_ns, skill_md, subfolders)
-        self.folders[folder] = entry
-        return entry
 
     def forget(self, root: str, include_hidden: bool) -> None:
         self.searches.pop((root, include_hidden), None)
@@ -143,19 +133,19 @@ class _Finder:
             if identity in ancestors:
                 diagnostics.append(Diagnostic("symlink-loop", "a symlink leads back to a folder above it; not followed", folder))
                 return
-            entry = self._list(folder, st.st_mtime_ns)
-            if entry.skill_md is not None:
+            skill_md, subfolders = _list(folder)
+            if skill_md is not None:
                 # a skill folder needs no stat of its own on the warm path: scan() stats its SKILL.md, and a
                 # SKILL.md that vanished or was renamed makes scan() search this source again
-                found.append(entry.skill_md)
+                found.append(skill_md)
                 return
             folders.append((folder, st.st_mtime_ns))
             if depth >= MAX_SEARCH_DEPTH:
-                if entry.subfolders:
+                if subfolders:
                     diagnostics.append(Diagnostic("search-depth", f"not searched below depth {MAX_SEARCH_DEPTH}", folder))
                 return
             ancestors.append(identity)
-            for name in entry.subfolders:
+            for name in subfolders:
                 if name in SKIPPED_FOLDERS or (name.startswith(".") and not include_hidden):
                     continue
                 walk(os.path.join(folder, name), depth + 1)
@@ -250,20 +240,23 @@ class Catalog:
         return result, (st.st_dev, st.st_ino)
 
     def _load_source(self, source: Source, diagnostics: list[Diagnostic]) -> list:
-        for attempt in range(2):
+        for retry in (False, True):
             found: list[Diagnostic] = []
             loaded = []
+            vanished = False
             for path in self._finder.find(source.root, source.explicit, found):
                 result = self._load(path)
-                if result is None:  # a skill vanished since the last search: search this source again
-                    break
+                if result is None:  # gone since the last search (renamed, deleted): search this source again
+                    vanished = True
+                    if not retry:
+                        break
+                    continue
                 loaded.append((source, path, *result))
-            else:
+            if not vanished or retry:
                 diagnostics.extend(found)
                 return loaded
             self._finder.forget(source.root, source.explicit)
-        diagnostics.extend(found)
-        return loaded
+        raise AssertionError("unreachable")
 
     def scan(self) -> CatalogScan:
         """Look at every source; returns the previous scan object when nothing changed."""
@@ -272,7 +265,7 @@ class Catalog:
         for source in self.sources:
             if os.path.isdir(source.root):
                 results += self._load_source(source, diagnostics)
-        fingerprint = tuple((s.root, p, id(r), i) for s, p, r, i in results) + tuple(diagnostics)
+        fingerprint = (tuple(self.sources), tuple((s.root, p, id(r), i) for s, p, r, i in results), tuple(diagnostics))
         if self._last is not None and self._last[0] == fingerprint:
             return self._last[1]
         scan = self._assemble(results, diagnostics)

@@ -166,6 +166,7 @@ class SkillFile:
     diagnostics: tuple[Diagnostic, ...] = ()
     size: int = 0
     key_lines: dict[str, int] = field(default_factory=dict)  # top-level key -> 1-based line in SKILL.md
+    metadata_text: dict[str, str] = field(default_factory=dict)  # metadata scalars as written (`1.10`, not 1.1)
 
     def line_of(self, key: str) -> int | None:
         return self.key_lines.get(key)
@@ -297,29 +298,44 @@ def _yaml_problem(path: str, error: yaml.YAMLError, text: str, fence_lines: int 
     return Diagnostic("yaml-error", message, path, mark.line + 1 + fence_lines, mark.column + 1)
 
 
-def parse_frontmatter(text: str, path: str = "<string>") -> tuple[Any, list[Diagnostic], dict[str, int]]:
-    """YAML frontmatter text to a Python value, the duplicate keys found, and the line of each top-level key.
+@dataclass(frozen=True)
+class ParsedFrontmatter:
+    data: Any
+    diagnostics: list[Diagnostic]
+    key_lines: dict[str, int]
+    metadata_text: dict[str, str]
 
-    Line numbers are those of SKILL.md (the frontmatter starts on line 2).
+
+def _metadata_text(node) -> dict[str, str]:
+    for key_node, value_node in node.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.value == "metadata" and isinstance(value_node, yaml.MappingNode):
+            return {str(k.value): v.value for k, v in value_node.value if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)}
+    return {}
+
+
+def parse_frontmatter(text: str, path: str = "<string>") -> ParsedFrontmatter:
+    """YAML frontmatter text to a Python value, with the duplicate keys found, the line of each top-level key and
+    the metadata scalars as written. Line numbers are those of SKILL.md (the frontmatter starts on line 2).
     """
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
         data = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as error:
-        return None, [_yaml_problem(path, error, text)], {}
+        return ParsedFrontmatter(None, [_yaml_problem(path, error, text)], {}, {})
     finally:
         loader.dispose()
-    key_lines = {}
+    key_lines, metadata_text = {}, {}
     if isinstance(node, yaml.MappingNode):
         key_lines = {str(k.value): k.start_mark.line + 2 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+        metadata_text = _metadata_text(node)
     duplicates: list[tuple[str, int, int]] = []
     _duplicate_keys(node, duplicates)
     diagnostics = [
         Diagnostic("duplicate-key", f"key {key!r} appears more than once; the last value is used", path, line + 2, col + 1)
         for key, line, col in duplicates
     ]
-    return data, diagnostics, key_lines
+    return ParsedFrontmatter(data, diagnostics, key_lines, metadata_text)
 
 
 def read_skill_file(path: str | os.PathLike) -> SkillFile:
@@ -337,19 +353,20 @@ def read_skill_file(path: str | os.PathLike) -> SkillFile:
         return _problem(path, "too-large", f"{big.size} bytes is more than the {MAX_SKILL_FILE_BYTES} allowed")
     except OSError as error:
         return _problem(path, "unreadable", f"cannot read: {error.strerror or error}")
-    if not raw or raw.isspace():
-        return _problem(path, "empty-file", "the file is empty")
-    if b"\x00" in raw[:BINARY_SNIFF_BYTES]:
-        return _problem(path, "binary-file", "the file contains NUL bytes; it is not a text file")
     found: list[Diagnostic] = []
     if raw.startswith(codecs.BOM_UTF8):
         found.append(Diagnostic("bom", "the file starts with a UTF-8 byte-order mark; save it without one", path, 1, 1))
         raw = raw[len(codecs.BOM_UTF8) :]
+    if not raw or raw.isspace():
+        return _problem(path, "empty-file", "the file is empty")
+    if b"\x00" in raw[:BINARY_SNIFF_BYTES]:
+        return _problem(path, "binary-file", "the file contains NUL bytes; it is not a text file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         line = raw.count(b"\n", 0, error.start) + 1
-        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        line_start = raw.rfind(b"\n", 0, error.start) + 1
+        column = len(raw[line_start : error.start].decode("utf-8", "replace")) + 1  # in characters, as editors count
         return _problem(path, "encoding-error", f"not UTF-8: byte 0x{raw[error.start]:02x} cannot be decoded", line, column)
     first_line_end = text.find("\n")
     if not _is_frontmatter_fence(text if first_line_end < 0 else text[:first_line_end]):
@@ -360,9 +377,10 @@ def read_skill_file(path: str | os.PathLike) -> SkillFile:
         found.append(Diagnostic("frontmatter-unclosed", "no closing `---` line after the frontmatter", path, 1, 1))
         return SkillFile(path, None, "", 1, tuple(found), len(raw))
     frontmatter_text, body, body_line = split
-    data, yaml_diagnostics, key_lines = parse_frontmatter(frontmatter_text, path)
-    found.extend(yaml_diagnostics)
-    if any(d.code == "yaml-error" for d in yaml_diagnostics):
+    parsed = parse_frontmatter(frontmatter_text, path)
+    data = parsed.data
+    found.extend(parsed.diagnostics)
+    if any(d.code == "yaml-error" for d in parsed.diagnostics):
         return SkillFile(path, None, body, body_line, tuple(found), len(raw))
     if data is None:
         data = {}
@@ -373,4 +391,4 @@ def read_skill_file(path: str | os.PathLike) -> SkillFile:
     body_lines = body.count("\n")
     if body_lines > ADVISED_BODY_LINES:
         found.append(Diagnostic("body-long", f"the body has {body_lines} lines; the spec advises under {ADVISED_BODY_LINES}", path))
-    return SkillFile(path, data, body, body_line, tuple(found), len(raw), key_lines)
+    return SkillFile(path, data, body, body_line, tuple(found), len(raw), parsed.key_lines, parsed.metadata_text)

@@ -172,12 +172,17 @@ class LoadResult:
     diagnostics: tuple[Diagnostic, ...]
 
 
-def _frontmatter_model(data: dict[str, Any], path: str) -> tuple[Frontmatter, list[Diagnostic]]:
+def _frontmatter_model(sf: SkillFile) -> tuple[Frontmatter, list[Diagnostic]]:
     """The pydantic model of the fields, dropping (with a diagnostic) extension fields of the wrong type."""
-    data = dict(data)
-    # strings are what the spec promises; lenient loading reads `version: 1.0` as the author meant it
+    data = dict(sf.frontmatter)
+    # strings are what the spec promises; lenient loading reads `version: 1.10` as the author wrote it, not 1.1
     if isinstance(data.get("metadata"), dict):
-        data["metadata"] = {str(k): str(v) for k, v in data["metadata"].items() if v is not None}
+        written = sf.metadata_text
+        data["metadata"] = {
+            str(k): v if isinstance(v, str) else written.get(str(k), str(v))
+            for k, v in data["metadata"].items()
+            if v is not None
+        }
     elif "metadata" in data:
         data.pop("metadata")
     for key in ("name", "description", "license", "compatibility"):
@@ -192,7 +197,7 @@ def _frontmatter_model(data: dict[str, Any], path: str) -> tuple[Frontmatter, li
         except ValidationError as error:
             bad_keys = {e["loc"][0] for e in error.errors() if e["loc"]}
             for key in bad_keys:
-                found.append(Diagnostic("field-type", f"{key!r} has the wrong type ({type(data.get(key)).__name__}); it is ignored", path))
+                found.append(Diagnostic("field-type", f"{key!r} has the wrong type ({type(data.get(key)).__name__}); it is ignored", sf.path, sf.line_of(str(key))))
                 data.pop(key, None)
             if not bad_keys:
                 raise
@@ -208,7 +213,7 @@ def load_skill_file(sf: SkillFile) -> LoadResult:
     diagnostics.extend(check_fields(sf, folder, strict=False))
     if is_blocking(diagnostics):
         return LoadResult(sf.path, None, tuple(diagnostics))
-    model, type_problems = _frontmatter_model(sf.frontmatter, sf.path)
+    model, type_problems = _frontmatter_model(sf)
     diagnostics.extend(type_problems)
     folder_name = unicodedata.normalize("NFKC", os.path.basename(folder))
     raw_name = sf.frontmatter.get("name")
