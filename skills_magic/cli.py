@@ -90,7 +90,7 @@ def _to_prompt(args) -> int:
     def location(skill) -> str:
         return os.path.join(os.path.realpath(skill.folder), os.path.basename(skill.path))
 
-    print(xml_listing(skills, None, location)[1])
+    print(xml_listing(skills, None, location, name=lambda skill: skill.written_name)[1])
     return EXIT_OK
 
 

@@ -82,7 +82,8 @@ class ListingView(View):
         )
 
     def text(self) -> str:
-        return self._text + ("\n" if self._text else "") + self._summary()
+        # the summary first, so that the listing's own last line (the truncation marker, if any) ends the output
+        return self._summary() + ("\n" + self._text if self._text else "")
 
     def html(self) -> str:
         parts = []
@@ -91,10 +92,10 @@ class ListingView(View):
                 f"<tr><td><code>{_e(e.name)}</code></td><td>{_e(e.description or '')}</td></tr>" for e in entries
             )
             parts.append(f"<h4>{_e(label)}</h4><table><tbody>{rows}</tbody></table>")
+        parts.insert(0, f"<p><em>{_e(self._summary())}</em></p>")
         marker = self.listing.marker()
         if marker:
             parts.append(f"<p><strong>{_e(marker)}</strong></p>")
-        parts.append(f"<p><em>{_e(self._summary())}</em></p>")
         return "<div class='skills-magic-listing'>" + "".join(parts) + "</div>"
 
     def data(self) -> dict[str, Any]:

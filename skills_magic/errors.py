@@ -23,3 +23,11 @@ class SourceNotFound(SkillsMagicError, FileNotFoundError):
     def __init__(self, path: str):
         self.path = path
         super().__init__(f"no such file or folder: {path}")
+
+
+class NotASkillSource(SkillsMagicError, ValueError):
+    """`add` of a file that is not a SKILL.md."""
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(f"{path} is a file, not a skill folder, a collection folder or a SKILL.md")

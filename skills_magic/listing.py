@@ -200,9 +200,9 @@ def text_listing(skills: Sequence[Skill], budget: int | None = DEFAULT_BUDGET_CH
 # --- the <available_skills> XML -----------------------------------------------------------------------------------
 
 
-def _xml_entry_lines(skill: Skill, description: str | None, location: str | None) -> list[str]:
+def _xml_entry_lines(name: str, description: str | None, location: str | None) -> list[str]:
     # one element per line, exactly as skills-ref's to_prompt writes them
-    lines = ["<skill>", "<name>", html.escape(skill.name), "</name>"]
+    lines = ["<skill>", "<name>", html.escape(name), "</name>"]
     if description is not None:
         lines += ["<description>", html.escape(description), "</description>"]
     if location is not None:
@@ -211,18 +211,30 @@ def _xml_entry_lines(skill: Skill, description: str | None, location: str | None
     return lines
 
 
-def xml_format(location: Callable[[Skill], str | None]) -> Format:
+NameOf = Callable[[Skill], str]
+LocationOf = Callable[[Skill], "str | None"]
+
+
+def _no_location(skill: Skill) -> None:
+    return None
+
+
+def _listed_name(skill: Skill) -> str:
+    return skill.name
+
+
+def xml_format(location: LocationOf, name: NameOf) -> Format:
     def entry(skill: Skill, description: str | None) -> int:
-        lines = _xml_entry_lines(skill, description, location(skill))
+        lines = _xml_entry_lines(name(skill), description, location(skill))
         return sum(len(line) + 1 for line in lines)
 
     return Format(fixed=len("<available_skills>\n</available_skills>"), group=lambda label: 0, entry=entry)
 
 
-def render_xml(listing: Listing, location: Callable[[Skill], str | None]) -> str:
+def render_xml(listing: Listing, location: LocationOf, name: NameOf = _listed_name) -> str:
     lines = ["<available_skills>"]
     for e in listing.entries():
-        lines += _xml_entry_lines(e.skill, e.description, location(e.skill))
+        lines += _xml_entry_lines(name(e.skill), e.description, location(e.skill))
     lines.append("</available_skills>")
     marker = listing.marker()
     if marker:
@@ -230,8 +242,10 @@ def render_xml(listing: Listing, location: Callable[[Skill], str | None]) -> str
     return "\n".join(lines)
 
 
-def xml_listing(skills: Sequence[Skill], budget: int | None = None, location: Callable[[Skill], str | None] = lambda s: None) -> tuple[Listing, str]:
-    """`<available_skills>` for these skills; with `location`, byte-identical to skills-ref's `to_prompt`."""
-    fmt = xml_format(location)
-    listing = plan_listing(skills, budget, fmt)
-    return listing, render_xml(listing, location)
+def xml_listing(skills: Sequence[Skill], budget: int | None = None, location: LocationOf = _no_location,
+                name: NameOf = _listed_name) -> tuple[Listing, str]:
+    """`<available_skills>` for these skills. The model's catalog has no `<location>` and the listed names; with
+    `location` and `name=Skill.written_name` (as `skills-magic to-prompt` does) it is byte-identical to skills-ref's
+    `to_prompt`."""
+    listing = plan_listing(skills, budget, xml_format(location, name))
+    return listing, render_xml(listing, location, name)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import time
 
@@ -26,22 +27,33 @@ from skills_magic.skill import CODES
 USAGE = __doc__.split("\n\n", 1)[1]
 
 
+SHORT_USAGE = "usage: %skills list|show|validate|add|sources|diagnostics ... (`%skills?` for details)"
+SOURCE_LABELS = ("session", "path", "project", "user", "bundled")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (one line in the notebook) instead of exiting."""
+    """argparse that raises UsageError (one line in the notebook) instead of printing and exiting."""
 
     def error(self, message):
-        raise UsageError(f"{message}\n{USAGE}")
+        raise UsageError(f"{message}; {SHORT_USAGE}")
 
     def exit(self, status=0, message=None):
-        raise UsageError(message or USAGE)
+        raise UsageError(SHORT_USAGE)
+
+
+def _budget(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a budget is a number of characters (0: no budget), not {value}")
+    return value
 
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="skills", add_help=False)
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     listing = sub.add_parser("list", add_help=False)
-    listing.add_argument("--source", help="only this source label (session, path, project, user, bundled)")
-    listing.add_argument("--budget", type=int, default=-1, help="character budget; 0 shows everything")
+    listing.add_argument("--source", choices=SOURCE_LABELS, help="only skills from this source")
+    listing.add_argument("--budget", type=_budget, help="character budget (default 8000); 0 shows everything")
     listing.add_argument("--json", action="store_true", help="return the listing as JSON data")
     show = sub.add_parser("show", add_help=False)
     show.add_argument("name")
@@ -83,9 +95,9 @@ class SkillsMagics(Magics):
         try:
             argv = shlex.split(line)
         except ValueError as error:
-            raise UsageError(f"{error}\n{USAGE}") from None
+            raise UsageError(f"{error}; {SHORT_USAGE}") from None
         if not argv:
-            raise UsageError(USAGE)
+            raise UsageError(SHORT_USAGE)
         args = self.parser.parse_args(argv)
         try:
             return getattr(self, f"_{args.command}")(args)
@@ -109,7 +121,8 @@ class SkillsMagics(Magics):
 
     def _add(self, args):
         source, skills = self.session.add(args.path)
-        problems = [d for d in self.session.diagnostics() if d.path.startswith(source.root)]
+        inside = source.root.rstrip(os.sep) + os.sep
+        problems = [d for d in self.session.diagnostics() if d.path == source.root or d.path.startswith(inside)]
         return display.AddedView(source, skills, problems, self._show_path)
 
     def _sources(self, args):

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from skills_magic.catalog import Catalog, CatalogScan, Source, default_sources
-from skills_magic.errors import SkillNotFound, SourceNotFound
+from skills_magic.errors import NotASkillSource, SkillNotFound, SourceNotFound
 from skills_magic.listing import DEFAULT_BUDGET_CHARS, Listing, text_listing
 from skills_magic.skill import Diagnostic, Skill
 from skills_magic.validate import Verdict, validate_folder, validate_path
@@ -63,6 +63,8 @@ class SkillsSession:
         absolute = os.path.abspath(os.path.join(self.cwd, os.path.expanduser(path)))
         if not os.path.exists(absolute):
             raise SourceNotFound(path)
+        if os.path.isfile(absolute) and os.path.basename(absolute).lower() != "skill.md":
+            raise NotASkillSource(path)
         source = self.catalog.add(absolute)
         scan = self.scan()
         return source, [s for s in scan.skills if s.source_root == source.root]
@@ -74,10 +76,12 @@ class SkillsSession:
             raise SkillNotFound(name, difflib.get_close_matches(name, scan.names(), n=3))
         return found
 
-    def listing(self, budget: int | None = -1, source: str | None = None) -> tuple[CatalogScan, Listing, str]:
-        """The text listing (budget -1: the session's budget; None or 0: everything)."""
+    def listing(self, budget: int | None = None, source: str | None = None) -> tuple[CatalogScan, Listing, str]:
+        """The text listing under `budget` characters (None: the session's budget; 0: everything)."""
+        if budget is not None and budget < 0:
+            raise ValueError(f"a budget is a number of characters, not {budget}")
         scan = self.scan()
-        budget = self.budget if budget == -1 else budget
+        budget = self.budget if budget is None else budget
         cached = self._listings.get((budget, source))
         if cached is not None and cached[0] is scan:  # nothing changed on disk: the same listing
             return cached
@@ -112,4 +116,31 @@ class SkillsSession:
         return validate_path(path)
 
     def show_path(self, path: str) -> str:
-        return display_path(path, self.cwd)
+        """A path for outputs: the same on every machine and clone, so notebooks re-run identically.
+
+        Bundled skills are shown inside `<bundled>` (wherever the package is installed); other paths relative to the
+        notebook's folder when that is near, else relative to their source (`<session>/collection/skill`).
+        """
+        if not path:
+            return path
+        absolute = os.path.abspath(path)
+        sources = sorted(self.catalog.sources, key=lambda s: s.label != "bundled")
+        for source in sources:
+            if source.label == "bundled" and _is_under(absolute, source.root):
+                return _inside(f"<{source.label}>", absolute, source.root)
+        shown = display_path(absolute, self.cwd)
+        if not os.path.isabs(shown) and not shown.startswith("~"):
+            return shown
+        for source in sources:
+            if _is_under(absolute, source.root):
+                return _inside(f"<{source.label}>", absolute, os.path.dirname(source.root))
+        return shown
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _inside(label: str, path: str, root: str) -> str:
+    relative = os.path.relpath(path, root)
+    return label if relative == os.curdir else f"{label}/{relative}"

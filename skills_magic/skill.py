@@ -195,6 +195,11 @@ class Skill:
         return str(version) if version else "-"
 
     @property
+    def written_name(self) -> str:
+        """The `name` exactly as the author wrote it (stripped), which skills-ref's XML prints."""
+        return self.frontmatter.name.strip() if self.frontmatter.name else self.name
+
+    @property
     def model_visible(self) -> bool:
         return not self.frontmatter.disable_model_invocation
 

@@ -217,7 +217,8 @@ def load_skill_file(sf: SkillFile) -> LoadResult:
     diagnostics.extend(type_problems)
     folder_name = unicodedata.normalize("NFKC", os.path.basename(folder))
     raw_name = sf.frontmatter.get("name")
-    # the listed name: the author's when the spec accepts it, else the folder's (what Claude Code uses)
+    # the listed name: the author's when the spec accepts it, else the folder's (what Claude Code uses); NFKC, as
+    # the spec compares names, so `ｐｄｆ` and `pdf` are one skill
     name = normalize_name(raw_name) if is_valid_name(raw_name) else folder_name
     skill = Skill(
         name=name,

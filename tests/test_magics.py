@@ -67,12 +67,11 @@ def _register(ip) -> SkillsMagics:
 @pytest.fixture
 def skills(ip, project):
     """`skills("list")` runs `%skills list` on a fresh session rooted at tmp_path."""
-    magics = _register(ip)
+    _register(ip)
 
     def run(line: str):
         return ip.run_line_magic("skills", line)
 
-    run.magics = magics
     yield run
     unregister(ip)
 
@@ -129,13 +128,10 @@ def test_added_skills_are_listed_first_in_a_session_group(skills, project):
     assert _entry_names(text) == ["alpha-tool", "beta-tool", *SAMPLE_NAMES]
 
 
-def test_a_project_skills_folder_is_listed_as_the_project_source(ip, project):
+def test_a_project_skills_folder_is_listed_as_the_project_source(skills, project):
     make_skill(project / ".agents" / "skills" / "local-tool", description="A project skill. Use in this project.")
-    _register(ip)
-    try:
-        text = ip.run_line_magic("skills", "list").text()
-    finally:
-        unregister(ip)
+
+    text = skills("list").text()
 
     assert _headers(text) == ["## project", "## bundled"]
     assert _entry_names(text) == ["local-tool", *SAMPLE_NAMES]
@@ -148,7 +144,7 @@ def test_small_budget_ends_the_listing_with_a_marker_that_counts_what_was_shown(
 
     view = skills("list --budget 300")
     lines = view.text().splitlines()
-    listing_lines = lines[:-1]  # the view adds one summary line after the listing a model would see
+    listing_lines = lines[1:]  # the view puts one summary line before the listing a model would see
 
     match = MARKER.match(listing_lines[-1])
     assert match, listing_lines[-1]
@@ -236,7 +232,9 @@ def test_messy_collection_loads_what_its_readme_says(skills, project, messy_skil
         ("no-description", "description-missing"),
         ("tab-indented", "yaml-error"),
     ]
-    assert [(project / d["path"]).resolve() for d in collisions] == [Path(bundled_skills_folder(), "csv-profile", "SKILL.md").resolve()]
+    # bundled skills are shown inside <bundled>, wherever the package is installed
+    assert [d["path"] for d in collisions] == ["<bundled>/csv-profile/SKILL.md"]
+    assert Path(bundled_skills_folder(), "csv-profile", "SKILL.md").is_file()
 
 
 # --- show ---------------------------------------------------------------------------------------------------------
@@ -303,6 +301,16 @@ def test_show_html_renders_markdown_but_never_raw_html_from_the_body(skills, pro
     assert "<script" not in html
     assert "&lt;script&gt;" in html
     assert "<img" not in html
+
+
+def test_listing_html_shows_descriptions_as_text_never_as_html(skills, project):
+    make_skill(project / "mine" / "html-desc", frontmatter="name: html-desc\ndescription: 'Uses <script>alert(1)</script> & co.'\n")
+    skills("add mine")
+
+    html = skills("list")._repr_mimebundle_()[0]["text/html"]
+
+    assert "<script" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; co." in html
 
 
 def test_show_of_an_unknown_name_is_a_usage_error_naming_close_matches(skills):
@@ -422,15 +430,17 @@ def test_add_of_a_missing_path_is_a_usage_error(skills):
     assert "no/such/folder" in str(error.value)
 
 
+def test_add_of_a_file_that_is_not_a_skill_md_is_a_usage_error(skills, project):
+    (project / "notes.txt").write_text("not a skill\n", encoding="utf-8")
+
+    with pytest.raises(UsageError):
+        skills("add notes.txt")
+
+
 def _diagnostic_count(added_text: str) -> int:
     return int(re.search(r"(\d+) diagnostics?$", added_text).group(1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: magics._add counts diagnostics with d.path.startswith(source.root), a string prefix test, so adding "
-    "folder `col` also counts the problems of an earlier-added sibling folder `col-drafts`",
-)
 def test_add_counts_only_the_problems_of_the_added_folder(skills, project):
     make_skill(project / "col-drafts" / "no-desc", frontmatter="name: no-desc\n")
     _collection(project / "col", {"clean-tool": "Clean. Use for clean things."})
@@ -492,6 +502,7 @@ def test_diagnostics_of_a_clean_catalog_is_empty(skills):
 def _all_views(skills, project, messy_skills):
     shutil.copytree(messy_skills, project / "messy")
     make_skill(project / ".claude" / "skills" / "local-tool", description="Local. Use locally.")
+    make_skill(project / ".claude" / "skills" / "csv-profile", description="Hidden by the session's. Use never.")
     return {
         "added": skills("add messy"),
         "listing": skills("list"),
@@ -517,6 +528,7 @@ def test_view_data_holds_no_absolute_path(ip, skills, project, messy_skills, mon
     _register(ip)  # a new session with that environment (the `skills` fixture unregisters it)
     views = _all_views(skills, project, messy_skills)
 
+    assert "collision" in _codes(views["diagnostics"].data())  # a message that names another skill's folder
     for kind, view in views.items():
         data = view._repr_mimebundle_()[0][MIME_KINDS[kind]]
         for string in _strings(data):
@@ -524,12 +536,6 @@ def test_view_data_holds_no_absolute_path(ip, skills, project, messy_skills, mon
             assert str(project) not in string, (kind, string)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: display_path falls back to an absolute (or ~) path when a skill is more than 3 folders away from "
-    "the notebook, so the bundled sample skills (and any far-away skill) put machine-specific absolute paths into "
-    "the listing and show data, against DESIGN section 7 ('never absolute')",
-)
 def test_bundled_skill_paths_in_view_data_are_not_absolute_when_the_notebook_is_far_away(ip, monkeypatch, tmp_path):
     notebook_folder = tmp_path / "a" / "b" / "c" / "d"
     notebook_folder.mkdir(parents=True)
@@ -574,11 +580,6 @@ def test_bad_input_is_a_usage_error_and_the_magic_keeps_working(skills, line):
     assert _entry_names(skills("list").text()) == SAMPLE_NAMES
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `%skills list --budget -5` is accepted and lists no skill at all (only the marker), instead of "
-    "a usage error (negative budgets are not rejected; -1 is the internal 'session default' sentinel)",
-)
 def test_negative_budget_is_a_usage_error(skills):
     with pytest.raises(UsageError):
         skills("list --budget -5")
@@ -613,10 +614,11 @@ def configured_paths(ip):
         ip.config.pop("SkillsMagics", None)
 
 
-def test_ipython_config_paths_add_a_path_source(ip, project, configured_paths, monkeypatch):
+@pytest.mark.parametrize("absolute", [True, False], ids=["absolute", "relative-to-the-notebook"])
+def test_ipython_config_paths_add_a_path_source(ip, project, configured_paths, monkeypatch, absolute):
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "path,project,bundled")
     _collection(project / "configured", {"config-tool": "From config. Use when configured."})
-    configured_paths([str(project / "configured")])
+    configured_paths([str(project / "configured") if absolute else "configured"])
     load_ipython_extension(ip)
     try:
         sources = ip.run_line_magic("skills", "sources").data()["sources"]
