@@ -204,7 +204,8 @@ class Catalog:
     def __init__(self, sources: list[Source] | None = None):
         self.sources: list[Source] = list(sources) if sources is not None else default_sources()
         self._finder = _Finder()
-        self._files: dict[str, tuple[int, int, int, int, LoadResult]] = {}  # path -> (size, mtime, dev, ino, result)
+        # path -> ((size, mtime, dev, ino), (result, (dev, ino)))
+        self._files: dict[str, tuple[tuple[int, int, int, int], tuple[LoadResult, tuple[int, int] | None]]] = {}
         self._last: tuple[tuple, CatalogScan] | None = None
 
     def add(self, path: str | os.PathLike, label: str = "session") -> Source:
@@ -229,15 +230,15 @@ class Catalog:
             return load_skill(path), None  # a dangling symlink: reported by the loader
         except OSError:
             return load_skill(path), None
-        if not stat_module.S_ISREG(st.st_mode):
-            return load_skill(path), None
         key = (st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino)
         cached = self._files.get(path)
-        if cached is not None and cached[:4] == key:
-            return cached[4], (st.st_dev, st.st_ino)
-        result = load_skill(path)
-        self._files[path] = (*key, result)
-        return result, (st.st_dev, st.st_ino)
+        if cached is not None and cached[0] == key:  # the warm path: one stat, one comparison
+            return cached[1]
+        # a folder named SKILL.md (or another non-file) has no identity to de-duplicate by
+        identity = (st.st_dev, st.st_ino) if stat_module.S_ISREG(st.st_mode) else None
+        loaded = (load_skill(path), identity)
+        self._files[path] = (key, loaded)
+        return loaded
 
     def _load_source(self, source: Source, diagnostics: list[Diagnostic]) -> list:
         for retry in (False, True):

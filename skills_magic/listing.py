@@ -114,53 +114,56 @@ def plan_listing(skills: Sequence[Skill], budget: int | None, fmt: Format) -> Li
     listing = Listing([(label, [Entry(s, s.description) for s in group]) for label, group in grouped], len(skills), budget or None)
     if not budget:
         return listing
+    entries = listing.entries()
+    overhead = fmt.fixed + sum(fmt.group(label) for label, _ in grouped)
 
-    def size(entries_of: Callable[[Skill], str | None]) -> int:
-        return fmt.fixed + sum(
-            fmt.group(label) + sum(fmt.entry(s, entries_of(s)) for s in group) for label, group in grouped
-        )
+    def size(limit: int | None) -> int:
+        return overhead + sum(fmt.entry(e.skill, shorten(e.skill.description, limit)) for e in entries)
 
-    if size(lambda s: s.description) <= budget:
+    if size(None) <= budget:
         return listing
     # reserve room for the marker: its longest form, every count at its largest
-    reserve = len(_marker(len(skills), len(skills), len(skills), 10**6, len(skills), {label: len(skills) for label, _ in grouped})) + 1
+    n = len(skills)
+    reserve = len(_marker(n, n, n, 10**6, n, {label: n for label, _ in grouped})) + 1
     room = budget - reserve
-    longest = max(len(s.description) for s in skills)
-    if size(lambda s: shorten(s.description, MIN_DESCRIPTION_CHARS)) <= room:
-        low, high = MIN_DESCRIPTION_CHARS, longest  # the largest uniform limit that fits
+    bare = [fmt.entry(e.skill, None) for e in entries]  # an entry without its description
+    current = overhead + sum(bare)
+    if current <= room and size(MIN_DESCRIPTION_CHARS) <= room:
+        low, high = MIN_DESCRIPTION_CHARS, max(len(s.description) for s in skills)  # the largest uniform limit that fits
         while low < high:
             mid = (low + high + 1) // 2
-            if size(lambda s: shorten(s.description, mid)) <= room:
-                low = mid
-            else:
-                high = mid - 1
-        for _, entries in listing.groups:
-            for e in entries:
-                e.description = shorten(e.skill.description, low)
-        listing.shortened = sum(e.shortened for e in listing.entries())
+            low, high = (mid, high) if size(mid) <= room else (low, mid - 1)
+        for e in entries:
+            e.description = shorten(e.skill.description, low)
+        listing.shortened = sum(e.shortened for e in entries)
         listing.description_limit = low
         return listing
-    # drop descriptions, lowest precedence first, from the end of each group
-    for _, entries in listing.groups:
+    if current <= room:
+        # shortest descriptions for all, then drop them from the lowest precedence group, from its end
         for e in entries:
             e.description = shorten(e.skill.description, MIN_DESCRIPTION_CHARS)
-    current = size(lambda s: shorten(s.description, MIN_DESCRIPTION_CHARS))
-    for _, entries in reversed(listing.groups):
-        for e in reversed(entries):
+        costs = [fmt.entry(e.skill, e.description) - b for e, b in zip(entries, bare)]
+        current += sum(costs)
+        for index in range(len(entries) - 1, -1, -1):
             if current <= room:
                 break
-            current -= fmt.entry(e.skill, e.description) - fmt.entry(e.skill, None)
-            e.description = None
+            current -= costs[index]
+            entries[index].description = None
             listing.dropped_descriptions += 1
+    else:
+        # even names alone do not fit: every description goes before any entry does
+        for e in entries:
+            e.description = None
+        listing.dropped_descriptions = len(entries)
     # then whole entries, the same way
-    for label, entries in reversed(listing.groups):
-        while entries and current > room:
-            e = entries.pop()
+    for label, group in reversed(listing.groups):
+        while group and current > room:
+            e = group.pop()
             current -= fmt.entry(e.skill, None)
-            if not entries:
+            if not group:
                 current -= fmt.group(label)
             listing.dropped_entries[label] = listing.dropped_entries.get(label, 0) + 1
-    listing.groups = [(label, entries) for label, entries in listing.groups if entries]
+    listing.groups = [(label, group) for label, group in listing.groups if group]
     listing.shortened = sum(e.shortened for e in listing.entries())
     listing.description_limit = MIN_DESCRIPTION_CHARS if listing.shortened else None
     return listing

@@ -222,6 +222,29 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+
+def construct(loader, node) -> Any:
+    """The Python value of a composed YAML node, as `loader.construct_document` gives it, but faster.
+
+    Frontmatter is nearly all plain strings in plain mappings: those are built here directly (PyYAML's generic
+    constructor costs more than parsing). Anything else (numbers, dates, merge keys, tags) goes to PyYAML.
+    """
+    if node.tag == _STR and isinstance(node, yaml.ScalarNode):
+        return node.value
+    if node.tag == _MAP and isinstance(node, yaml.MappingNode):
+        result = {}
+        for key_node, value_node in node.value:
+            if key_node.tag != _STR or not isinstance(key_node, yaml.ScalarNode):
+                return loader.construct_document(node)  # merge keys, non-string keys: PyYAML's rules
+            result[key_node.value] = construct(loader, value_node)
+        return result
+    if node.tag == _SEQ and isinstance(node, yaml.SequenceNode):
+        return [construct(loader, item) for item in node.value]
+    return loader.construct_document(node)
+
+
 def _duplicate_keys(node, found: list[tuple[str, int, int]]) -> None:
     """Keys that appear twice in one mapping, searched on the composed nodes (before PyYAML keeps the last)."""
     if isinstance(node, yaml.MappingNode):
@@ -311,13 +334,6 @@ class ParsedFrontmatter:
     metadata_text: dict[str, str]
 
 
-def _metadata_text(node) -> dict[str, str]:
-    for key_node, value_node in node.value:
-        if isinstance(key_node, yaml.ScalarNode) and key_node.value == "metadata" and isinstance(value_node, yaml.MappingNode):
-            return {str(k.value): v.value for k, v in value_node.value if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)}
-    return {}
-
-
 def parse_frontmatter(text: str, path: str = "<string>") -> ParsedFrontmatter:
     """YAML frontmatter text to a Python value, with the duplicate keys found, the line of each top-level key and
     the metadata scalars as written. Line numbers are those of SKILL.md (the frontmatter starts on line 2).
@@ -325,17 +341,29 @@ def parse_frontmatter(text: str, path: str = "<string>") -> ParsedFrontmatter:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
-        data = None if node is None else loader.construct_document(node)
+        data = None if node is None else construct(loader, node)
     except yaml.YAMLError as error:
         return ParsedFrontmatter(None, [_yaml_problem(path, error, text)], {}, {})
     finally:
         loader.dispose()
-    key_lines, metadata_text = {}, {}
-    if isinstance(node, yaml.MappingNode):
-        key_lines = {str(k.value): k.start_mark.line + 2 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
-        metadata_text = _metadata_text(node)
+    # one pass over the top-level keys: their lines, duplicates, and the metadata scalars as written
+    key_lines: dict[str, int] = {}
+    metadata_text: dict[str, str] = {}
     duplicates: list[tuple[str, int, int]] = []
-    _duplicate_keys(node, duplicates)
+    for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else ():
+        if isinstance(key_node, yaml.ScalarNode):
+            mark = key_node.start_mark
+            if key_node.value in key_lines:
+                duplicates.append((key_node.value, mark.line, mark.column))
+            key_lines[key_node.value] = mark.line + 2
+        if isinstance(value_node, yaml.MappingNode):
+            _duplicate_keys(value_node, duplicates)
+            if key_node.value == "metadata":
+                metadata_text = {
+                    str(k.value): v.value
+                    for k, v in value_node.value
+                    if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)
+                }
     diagnostics = [
         Diagnostic("duplicate-key", f"key {key!r} appears more than once; the last value is used", path, line + 2, col + 1)
         for key, line, col in duplicates
