@@ -1,12 +1,4 @@
-"""The `%skills` magics: parse the line, call the session, return a view. No logic lives here.
-
-%skills list [--source LABEL] [--budget N] [--json]   the catalog, grouped by source, under a character budget
-%skills show NAME                                     the annotation line and the body verbatim
-%skills validate [NAME|PATH]                          strict verdicts (the specification, exactly)
-%skills add PATH                                      add a skill folder or a collection, ahead of the others
-%skills sources                                       the sources in precedence order
-%skills diagnostics [--severity S] [--code C] [--json]
-"""
+"""The `%skills` magics: parse the line, call the session, return a view. No logic lives here (usage: `%skills?`)."""
 
 from __future__ import annotations
 
@@ -24,7 +16,6 @@ from skills_magic.errors import SkillsMagicError
 from skills_magic.session import SkillsSession
 from skills_magic.skill import CODES
 
-USAGE = __doc__.split("\n\n", 1)[1]
 
 
 SHORT_USAGE = "usage: %skills list|show|validate|add|sources|diagnostics ... (`%skills?` for details)"
@@ -91,7 +82,15 @@ class SkillsMagics(Magics):
 
     @line_magic
     def skills(self, line: str):
-        """%skills list|show|validate|add|sources|diagnostics: see `%skills?`."""
+        """List, show, validate and add Agent Skills.
+
+        %skills list [--source LABEL] [--budget N] [--json]   the catalog, grouped by source, under a character budget
+        %skills show NAME                                     the annotation line and the body verbatim
+        %skills validate [NAME|PATH]                          strict verdicts (the specification, exactly)
+        %skills add PATH                                      add a skill folder or a collection, ahead of the others
+        %skills sources                                       the sources in precedence order
+        %skills diagnostics [--severity S] [--code C] [--json]
+        """
         try:
             argv = shlex.split(line)
         except ValueError as error:

@@ -665,3 +665,11 @@ def test_load_and_unload_the_extension(ip, project):
         assert _entry_names(ip.run_line_magic("skills", "list").text()) == SAMPLE_NAMES
     finally:
         ip.run_line_magic("unload_ext", "skills_magic")
+
+
+def test_help_text_names_every_subcommand():
+    from skills_magic.magics import SkillsMagics
+
+    doc = SkillsMagics.skills.__doc__
+    for command in ("list", "show", "validate", "add", "sources", "diagnostics"):
+        assert f"%skills {command}" in doc
