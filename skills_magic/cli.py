@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 

@@ -8,7 +8,8 @@ the same on every run and every clone (`pytest --nbval`). Paths in data are rela
 from __future__ import annotations
 
 import html
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from skills_magic.catalog import CatalogScan, Source
 from skills_magic.listing import Listing
@@ -158,7 +159,9 @@ class SkillView(View):
             "version": self.skill.version,
             "folder": self.show(self.skill.folder),
             "annotation": self.annotation(),
-            "frontmatter": fm.model_dump(by_alias=True, exclude_none=True, mode="json"),
+            # extra keys by name only: their values are arbitrary YAML (aliases could expand without bound)
+            "frontmatter": fm.model_dump(by_alias=True, exclude_none=True, mode="json", exclude=set(fm.extra)),
+            "extra_fields": sorted(map(str, fm.extra)),
             "body": self.skill.body,
         }
 

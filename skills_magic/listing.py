@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from skills_magic.skill import Skill
 
@@ -142,7 +142,7 @@ def plan_listing(skills: Sequence[Skill], budget: int | None, fmt: Format) -> Li
         # shortest descriptions for all, then drop them from the lowest precedence group, from its end
         for e in entries:
             e.description = shorten(e.skill.description, MIN_DESCRIPTION_CHARS)
-        costs = [fmt.entry(e.skill, e.description) - b for e, b in zip(entries, bare)]
+        costs = [fmt.entry(e.skill, e.description) - b for e, b in zip(entries, bare, strict=True)]
         current += sum(costs)
         for index in range(len(entries) - 1, -1, -1):
             if current <= room:

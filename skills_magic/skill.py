@@ -12,7 +12,6 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -225,24 +224,40 @@ _Loader.yaml_implicit_resolvers = {
 _STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 
 
+class _NotPlain(Exception):
+    """Raised inside the fast path when a node needs PyYAML's own constructor."""
+
+
 def construct(loader, node) -> Any:
     """The Python value of a composed YAML node, as `loader.construct_document` gives it, but faster.
 
-    Frontmatter is nearly all plain strings in plain mappings: those are built here directly (PyYAML's generic
-    constructor costs more than parsing). Anything else (numbers, dates, merge keys, tags) goes to PyYAML.
+    Frontmatter is nearly all plain strings in plain mappings and lists: those are built here directly (PyYAML's
+    generic constructor costs more than parsing). Anything else goes to PyYAML whole: typed scalars, merge keys,
+    tags, and aliases of collections, which PyYAML shares instead of copying (copies would let a few lines of
+    aliases expand exponentially: the "billion laughs").
     """
+    try:
+        return _plain(node, set())
+    except (_NotPlain, RecursionError):
+        return loader.construct_document(node)
+
+
+def _plain(node, seen: set[int]) -> Any:
     if node.tag == _STR and isinstance(node, yaml.ScalarNode):
         return node.value
+    if id(node) in seen:
+        raise _NotPlain  # an alias of a collection
+    seen.add(id(node))
     if node.tag == _MAP and isinstance(node, yaml.MappingNode):
         result = {}
         for key_node, value_node in node.value:
             if key_node.tag != _STR or not isinstance(key_node, yaml.ScalarNode):
-                return loader.construct_document(node)  # merge keys, non-string keys: PyYAML's rules
-            result[key_node.value] = construct(loader, value_node)
+                raise _NotPlain  # merge keys, non-string keys: PyYAML's rules
+            result[key_node.value] = _plain(value_node, seen)
         return result
     if node.tag == _SEQ and isinstance(node, yaml.SequenceNode):
-        return [construct(loader, item) for item in node.value]
-    return loader.construct_document(node)
+        return [_plain(item, seen) for item in node.value]
+    raise _NotPlain
 
 
 def _duplicate_keys(node, found: list[tuple[str, int, int]]) -> None:
@@ -344,6 +359,8 @@ def parse_frontmatter(text: str, path: str = "<string>") -> ParsedFrontmatter:
         data = None if node is None else construct(loader, node)
     except yaml.YAMLError as error:
         return ParsedFrontmatter(None, [_yaml_problem(path, error, text)], {}, {})
+    except RecursionError:
+        return ParsedFrontmatter(None, [Diagnostic("yaml-error", "the frontmatter is nested too deeply", path)], {}, {})
     finally:
         loader.dispose()
     # one pass over the top-level keys: their lines, duplicates, and the metadata scalars as written

@@ -410,3 +410,38 @@ def test_file_over_the_size_limit_is_refused_unread_and_others_still_load(tmp_pa
     result = scan(root)
     assert_good_skill_still_listed(result)
     assert [r.path for r in result.skipped] == [str(bad)]
+
+
+# --- hostile YAML -------------------------------------------------------------------------------------------------
+
+BILLION_LAUGHS = "lol0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"lol{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 30)
+)
+
+
+def test_alias_bombs_and_self_references_load_without_expanding(tmp_path):
+    # run in a child process with a generous timeout: a regression here would hang rather than fail
+    root = collection(tmp_path)
+    make_skill(root / "bomb", f"name: bomb\ndescription: Aliases.\n{BILLION_LAUGHS}")
+    make_skill(root / "loop", "name: loop\ndescription: Self reference.\nx: &x [*x]\n")
+    code = (
+        "import sys; from skills_magic.session import SkillsSession; from skills_magic.catalog import Source; "
+        "from skills_magic.display import SkillView; "
+        f"s = SkillsSession(sources=[Source('session', {str(root)!r}, True)]); "
+        "names = sorted(x.name for x in s.scan().skills); "
+        "[SkillView(s.skill(n), s.show_path).data() for n in names]; print(names)"
+    )
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "['bomb', 'good-skill', 'loop']"
+
+
+def test_nesting_deeper_than_yaml_allows_is_a_yaml_error(tmp_path):
+    root = collection(tmp_path)
+    make_skill(root / "deep", "name: deep\ndescription: Deep.\nx: " + "[" * 5000 + "]" * 5000 + "\n")
+    result = scan(root)
+    assert_good_skill_still_listed(result)
+    assert errors(result.diagnostics) == ["yaml-error"]
