@@ -90,7 +90,7 @@ class ListingView(View):
         parts = []
         for label, entries in self.listing.groups:
             rows = "".join(
-                f"<tr><td><code>{_e(e.name)}</code></td><td>{_e(e.description or '')}</td></tr>" for e in entries
+                f"<tr><td style='white-space:nowrap'><code>{_e(e.name)}</code></td><td>{_e(e.description or '')}</td></tr>" for e in entries
             )
             parts.append(f"<h4>{_e(label)}</h4><table><tbody>{rows}</tbody></table>")
         parts.insert(0, f"<p><em>{_e(self._summary())}</em></p>")
