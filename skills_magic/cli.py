@@ -3,7 +3,7 @@
   skills-magic validate PATH...           exit 0 all valid, 1 something invalid, 2 usage error
   skills-magic to-prompt PATH...          <available_skills> XML (validated first; same bytes as skills-ref)
   skills-magic list PATH... [--json]      the grouped listing of the skills found under the paths
-  skills-magic run-notebook NOTEBOOK      execute a notebook headless and print its outputs
+  skills-magic run-notebook NOTEBOOK      execute a notebook headless and print its outputs (--inplace: save them)
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run-notebook", help="execute a notebook headless and print its text outputs")
     run.add_argument("notebook")
     run.add_argument("--timeout", type=int, default=600)
+    run.add_argument("--inplace", action="store_true", help="save the outputs into the notebook (no timing metadata)")
     return parser
 
 
@@ -117,7 +118,10 @@ def _run_notebook(args) -> int:
         return EXIT_USAGE
     notebook = nbformat.read(args.notebook, as_version=4)
     folder = os.path.dirname(os.path.abspath(args.notebook))
-    NotebookClient(notebook, timeout=args.timeout, resources={"metadata": {"path": folder}}).execute()
+    # record_timing=False: no per-cell timestamps, so a refreshed notebook differs only where outputs changed
+    NotebookClient(notebook, timeout=args.timeout, record_timing=False, resources={"metadata": {"path": folder}}).execute()
+    if args.inplace:
+        nbformat.write(notebook, args.notebook)
     for cell in notebook.cells:
         if cell.cell_type != "code":
             continue

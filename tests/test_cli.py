@@ -357,3 +357,14 @@ def test_run_notebook_executes_it_and_prints_its_outputs(tmp_path):
     lines = result.stdout.decode().splitlines()
     assert "42" in lines
     assert "'aaa'" in lines
+
+
+def test_run_notebook_inplace_saves_outputs_without_timing_metadata(tmp_path):
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    nbformat.write(notebook, tmp_path / "tiny.ipynb")
+
+    assert cli("run-notebook", "--inplace", "tiny.ipynb", cwd=tmp_path).returncode == EXIT_OK
+
+    (cell,) = nbformat.read(tmp_path / "tiny.ipynb", as_version=4).cells
+    assert cell.outputs[0]["text"] == "42\n"
+    assert "execution" not in cell.metadata  # no per-cell timestamps: a refresh changes only what changed
