@@ -232,19 +232,20 @@ def construct(loader, node) -> Any:
     """The Python value of a composed YAML node, as `loader.construct_document` gives it, but faster.
 
     Frontmatter is nearly all plain strings in plain mappings and lists: those are built here directly (PyYAML's
-    generic constructor costs more than parsing). Anything else goes to PyYAML whole: typed scalars, merge keys,
-    tags, and aliases of collections, which PyYAML shares instead of copying (copies would let a few lines of
-    aliases expand exponentially: the "billion laughs").
+    generic constructor costs more than parsing). Typed scalars go to PyYAML one by one; anything else goes to PyYAML
+    whole: merge keys, tagged collections, and aliases of collections, which PyYAML shares instead of copying
+    (copies would let a few lines of aliases expand exponentially: the "billion laughs").
     """
     try:
-        return _plain(node, set())
+        return _plain(node, set(), loader)
     except (_NotPlain, RecursionError):
         return loader.construct_document(node)
 
 
-def _plain(node, seen: set[int]) -> Any:
-    if node.tag == _STR and isinstance(node, yaml.ScalarNode):
-        return node.value
+def _plain(node, seen: set[int], loader) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        # a scalar cannot expand: typed ones (numbers, dates, booleans) are PyYAML's, one node at a time
+        return node.value if node.tag == _STR else loader.construct_document(node)
     if id(node) in seen:
         raise _NotPlain  # an alias of a collection
     seen.add(id(node))
@@ -253,10 +254,10 @@ def _plain(node, seen: set[int]) -> Any:
         for key_node, value_node in node.value:
             if key_node.tag != _STR or not isinstance(key_node, yaml.ScalarNode):
                 raise _NotPlain  # merge keys, non-string keys: PyYAML's rules
-            result[key_node.value] = _plain(value_node, seen)
+            result[key_node.value] = _plain(value_node, seen, loader)
         return result
     if node.tag == _SEQ and isinstance(node, yaml.SequenceNode):
-        return [_plain(item, seen) for item in node.value]
+        return [_plain(item, seen, loader) for item in node.value]
     raise _NotPlain
 
 
