@@ -8,7 +8,7 @@ import shlex
 import time
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets import List, Unicode
 
 from skills_magic import display
@@ -18,7 +18,10 @@ from skills_magic.skill import CODES
 
 
 
-SHORT_USAGE = "usage: %skills list|show|validate|add|sources|diagnostics ... (`%skills?` for details)"
+SHORT_USAGE = "usage: %skills list|show|validate|add|sources|diagnostics|model|trace ... (`%skills?` for details)"
+RUN_USAGE = ("usage: %%skill run [NAME [ARGS...]] [--model M] [--max-turns N] [--record FILE | --replay FILE] "
+             "[--no-model --script PATH]; the cell body is the task (`%%skill?` for details)")
+STREAM_UPDATE_SECONDS = 0.1  # redraw a streaming answer at most this often: smooth to read, cheap for the kernel
 SOURCE_LABELS = ("session", "path", "project", "user", "bundled")
 
 
@@ -57,6 +60,37 @@ def _build_parser() -> argparse.ArgumentParser:
     diagnostics.add_argument("--severity", choices=["error", "warning", "info"])
     diagnostics.add_argument("--code", choices=sorted(CODES))
     diagnostics.add_argument("--json", action="store_true")
+    model = sub.add_parser("model", add_help=False)
+    model.add_argument("choice", nargs="?", help="auto | anthropic [ID] | scripted FILE | replay CASSETTE | a model id")
+    model.add_argument("value", nargs="?")
+    sub.add_parser("trace", add_help=False)
+    return parser
+
+
+class _RunParser(_Parser):
+    def error(self, message):
+        raise UsageError(f"{message}; {RUN_USAGE}")
+
+    def exit(self, status=0, message=None):
+        raise UsageError(RUN_USAGE)
+
+
+def _turns(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least one turn, not {value}")
+    return value
+
+
+def _build_run_parser() -> argparse.ArgumentParser:
+    parser = _RunParser(prog="skill run", add_help=False)
+    parser.add_argument("words", nargs="*", help="the skill's name, then its arguments")
+    parser.add_argument("--model")
+    parser.add_argument("--max-turns", type=_turns)
+    parser.add_argument("--no-model", action="store_true")
+    parser.add_argument("--script")
+    parser.add_argument("--record")
+    parser.add_argument("--replay")
     return parser
 
 
@@ -79,6 +113,7 @@ class SkillsMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self.session = SkillsSession(extra_paths=self.paths)
         self.parser = _build_parser()
+        self.run_parser = _build_run_parser()
 
     @line_magic
     def skills(self, line: str):
@@ -90,6 +125,8 @@ class SkillsMagics(Magics):
         %skills add PATH                                      add a skill folder or a collection, ahead of the others
         %skills sources                                       the sources in precedence order
         %skills diagnostics [--severity S] [--code C] [--json]
+        %skills model [auto | anthropic [ID] | scripted FILE | replay CASSETTE | ID]   the model runs use
+        %skills trace                                         the load trace of the last run
         """
         try:
             argv = shlex.split(line)
@@ -100,7 +137,7 @@ class SkillsMagics(Magics):
         args = self.parser.parse_args(argv)
         try:
             return getattr(self, f"_{args.command}")(args)
-        except SkillsMagicError as error:
+        except (SkillsMagicError, ValueError) as error:
             raise UsageError(str(error)) from None
 
     def _show_path(self, path: str) -> str:
@@ -132,8 +169,92 @@ class SkillsMagics(Magics):
         return JSONResult(view.data()) if args.json else view
 
 
+    def _model(self, args):
+        if args.choice is not None:
+            self.session.choose_model(args.choice, args.value)
+        client = self.session.model_client
+        if client is None:
+            chosen = "anthropic (ANTHROPIC_API_KEY is set)" if os.environ.get("ANTHROPIC_API_KEY") else "none yet (no ANTHROPIC_API_KEY)"
+            return display.ModelView("auto", self.session.resolve_model_id_only(), f"runs use {chosen}")
+        source = getattr(client, "source", None) or getattr(client, "path", None)
+        return display.ModelView(client.name, self.session.resolve_model_id(client, None, None),
+                                 self._show_path(source) if source else "")
+
+    def _trace(self, args):
+        if self.session.last_run is None:
+            raise UsageError("no run yet: `%%skill run` first")
+        return display.TraceView(self.session.last_run)
+
+    @cell_magic
+    def skill(self, line: str, cell: str):
+        """Run a task with Agent Skills through a model (progressive disclosure), or one skill's script.
+
+        %%skill run [NAME [ARGS...]] [--model M] [--max-turns N] [--record FILE | --replay FILE]
+            the cell body is the task; with NAME that skill is activated explicitly (no model decision), without
+            it the model chooses from the catalog; ARGS fill $ARGUMENTS / $0 / $1 ... in the skill's body
+        %%skill run NAME --no-model --script PATH [ARGS...]
+            run one script of the skill with the cell body as its stdin, no model at all
+        """
+        try:
+            argv = shlex.split(line)
+        except ValueError as error:
+            raise UsageError(f"{error}; {RUN_USAGE}") from None
+        if not argv or argv[0] != "run":
+            raise UsageError(RUN_USAGE)
+        args = self.run_parser.parse_intermixed_args(argv[1:])
+        name, arguments = (args.words[0], args.words[1:]) if args.words else (None, [])
+        task = cell.strip("\n")
+        if args.script and not args.no_model:
+            raise UsageError(f"--script runs a script without a model: add --no-model; {RUN_USAGE}")
+        if args.record and args.replay:
+            raise UsageError(f"--record and --replay exclude each other; {RUN_USAGE}")
+        try:
+            if args.no_model:
+                if name is None or not args.script:
+                    raise UsageError(f"--no-model needs a skill NAME and --script PATH; {RUN_USAGE}")
+                result = self.session.run_script(name, args.script, cell, arguments)
+            else:
+                if not task.strip() and name is None:
+                    raise UsageError(f"the cell body is the task, and it is empty; {RUN_USAGE}")
+                result = self._run_model(task, name, arguments, args)
+        except (SkillsMagicError, ValueError) as error:
+            raise UsageError(str(error)) from None
+        return display.RunView(result, self.session.last_run_seconds)
+
+    def _interactive(self) -> bool:
+        # someone is at the notebook when the kernel may ask them for input (nbclient, nbval and papermill say no)
+        kernel = getattr(self.shell, "kernel", None)
+        return bool(kernel is not None and getattr(kernel, "_allow_stdin", False))
+
+    def _run_model(self, task, name, arguments, args):
+        options = dict(model=args.model, max_turns=args.max_turns, record=args.record, replay=args.replay)
+        if not self._interactive():
+            return self.session.run(task, name, arguments, **options)
+        from IPython.display import Markdown, display as show
+
+        streamed: list[str] = []
+        handle = show(Markdown(""), display_id=True)
+        last = [0.0]
+
+        def on_text(text: str) -> None:
+            streamed.append(text)
+            now = time.monotonic()
+            if now - last[0] >= STREAM_UPDATE_SECONDS:
+                last[0] = now
+                handle.update(Markdown("".join(streamed)))
+
+        try:
+            return self.session.run(task, name, arguments, on_text=on_text, **options)
+        finally:
+            handle.update(Markdown(""))  # the finished run is shown once, by the returned view
+
+
 def register(ipython) -> None:
     ipython.register_magics(SkillsMagics)
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        from skills_magic.models.anthropic import warm_up
+
+        warm_up()  # import the SDK in the background now, so the first run does not wait 1.5 s for it
 
 
 def unregister(ipython) -> None:
@@ -141,3 +262,4 @@ def unregister(ipython) -> None:
     if magics is not None:
         ipython.magics_manager.registry.pop("SkillsMagics", None)
         ipython.magics_manager.magics["line"].pop("skills", None)
+        ipython.magics_manager.magics["cell"].pop("skill", None)

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import difflib
 import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from skills_magic.catalog import Catalog, CatalogScan, Source, default_sources
 from skills_magic.errors import NotASkillSource, SkillNotFound, SourceNotFound
 from skills_magic.listing import DEFAULT_BUDGET_CHARS, Listing, text_listing
 from skills_magic.skill import Diagnostic, Skill
 from skills_magic.validate import Verdict, validate_folder, validate_path
+
+if TYPE_CHECKING:
+    from skills_magic.agent import RunResult
+    from skills_magic.models.base import ModelClient
 
 MAX_PARENT_HOPS = 3  # shown paths may climb this many folders from the cwd before we fall back to ~ or absolute
 
@@ -51,6 +59,11 @@ class SkillsSession:
         self.cwd = os.path.abspath(cwd or os.getcwd())
         self.catalog = Catalog(sources if sources is not None else default_sources(self.cwd, extra=extra_paths))
         self.budget: int | None = DEFAULT_BUDGET_CHARS
+        self.session_id = uuid.uuid4().hex  # ${CLAUDE_SESSION_ID} in skill bodies
+        self.model_client: ModelClient | None = None  # chosen with `%skills model`; None: decided at run time
+        self.model_id: str | None = None  # chosen with `%skills model ID`
+        self.last_run: RunResult | None = None
+        self.last_run_seconds: float | None = None
         self._listings: dict[tuple[int | None, str | None], tuple[CatalogScan, Listing, str]] = {}
 
     # --- catalog ------------------------------------------------------------------------------------------------
@@ -115,6 +128,120 @@ class SkillsSession:
             raise SkillNotFound(target, difflib.get_close_matches(target, self.scan().names(), n=3))
         return validate_path(path)
 
+    # --- models and runs -----------------------------------------------------------------------------------------
+
+    def choose_model(self, kind: str | None = None, value: str | None = None) -> ModelClient | None:
+        """`%skills model`: `anthropic [ID]`, `scripted FILE`, `replay CASSETTE`, a model id, or `auto` (the default)."""
+        if kind in (None, "auto"):
+            self.model_client, self.model_id = None, None
+        elif kind == "anthropic":
+            from skills_magic.models.anthropic import AnthropicModel, warm_up
+
+            warm_up()
+            self.model_client, self.model_id = AnthropicModel(value), value
+        elif kind == "scripted":
+            from skills_magic.models.scripted import ScriptedModel
+
+            self.model_client = ScriptedModel.from_file(self._path(_required(value, "scripted FILE")))
+        elif kind == "replay":
+            from skills_magic.models.replay import ReplayModel
+
+            self.model_client = ReplayModel(self._path(_required(value, "replay CASSETTE")))
+        else:  # a model id for whichever client runs
+            self.model_id = kind
+        return self.model_client
+
+    def _path(self, path: str) -> str:
+        absolute = os.path.join(self.cwd, os.path.expanduser(path))
+        if not os.path.exists(absolute):
+            raise SourceNotFound(path)
+        return absolute
+
+    def client(self) -> ModelClient:
+        """The chosen client; else Claude when ANTHROPIC_API_KEY is set; else a clear NoModelConfigured."""
+        if self.model_client is not None:
+            return self.model_client
+        if os.environ.get("ANTHROPIC_API_KEY"):
+            from skills_magic.models.anthropic import AnthropicModel
+
+            self.model_client = AnthropicModel(self.model_id)
+            return self.model_client
+        from skills_magic.models.base import NoModelConfigured
+
+        raise NoModelConfigured()
+
+    def resolve_model_id(self, client: ModelClient, explicit: str | None, skill: Skill | None) -> str:
+        """--model, else the explicitly run skill's own `model`, else `%skills model ID`, SKILLS_MAGIC_MODEL, default."""
+        from skills_magic.models.anthropic import resolve_model
+
+        if explicit:
+            return resolve_model(explicit)
+        if skill is not None and skill.frontmatter.model and skill.frontmatter.model != "inherit":
+            return resolve_model(skill.frontmatter.model)
+        recorded = getattr(client, "model", None) if client.name == "replay" else None
+        return resolve_model(self.model_id or recorded)
+
+    def resolve_model_id_only(self) -> str:
+        from skills_magic.models.anthropic import resolve_model
+
+        return resolve_model(self.model_id)
+
+    def run(self, task: str, skill: str | None = None, arguments: Sequence[str] = (), *, model: str | None = None,
+            max_turns: int | None = None, record: str | None = None, replay: str | None = None,
+            on_text: Callable[[str], None] | None = None, on_event: Callable[[str, Any], None] | None = None) -> RunResult:
+        """Run a task through the agent loop; with `skill`, that skill is activated explicitly."""
+        from skills_magic.agent import DEFAULT_MAX_TURNS, Agent
+
+        chosen = self.skill(skill) if skill is not None else None
+        if replay is not None:
+            from skills_magic.models.replay import ReplayModel
+
+            client: ModelClient = ReplayModel(self._path(replay))
+        else:
+            client = self.client()
+        if record is not None:
+            from skills_magic.models.replay import RecordingModel
+
+            client = RecordingModel(client, os.path.join(self.cwd, record))
+        agent = Agent(self.scan().skills, client, self.resolve_model_id(client, model, chosen),
+                      show_path=self.show_path, session_id=self.session_id, budget=self.budget,
+                      max_turns=max_turns or DEFAULT_MAX_TURNS)
+        started = time.perf_counter()
+        try:
+            result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event)
+        finally:
+            self.last_run_seconds = time.perf_counter() - started
+        self.last_run = result
+        return result
+
+    def run_script(self, skill: str, script: str, stdin: str = "", arguments: Sequence[str] = ()) -> RunResult:
+        """`--no-model --script`: the user runs one of a skill's scripts directly, with no model involved.
+
+        The user typing this command is the permission for this one run (like `!python script.py`); scripts a
+        model asks for go through the permission policy instead.
+        """
+        from skills_magic.agent import RunResult, TraceEvent
+        from skills_magic.execute import ScriptError, run_script
+
+        chosen = self.skill(skill)
+        result = RunResult(task=stdin, skill=chosen.name, client="none", model="-")
+        started = time.perf_counter()
+        try:
+            run = run_script(chosen.folder, script, arguments, stdin)
+        except ScriptError as error:
+            result.error, result.stop_reason = str(error), "error"
+        else:
+            detail = "timed out" if run.timed_out else f"exit code {run.exit_code}"
+            result.trace.append(TraceEvent("execute", f"{chosen.name}/{script}", bytes=run.stdin_bytes, detail=detail))
+            result.final_text = run.stdout
+            result.note = run.stderr.strip()
+            result.stop_reason = "no_model" if run.exit_code == 0 else "script_failed"
+            if run.exit_code != 0:
+                result.error = f"{script} {detail}"
+        self.last_run_seconds = time.perf_counter() - started
+        self.last_run = result
+        return result
+
     def show_path(self, path: str) -> str:
         """A path for outputs: the same on every machine and clone, so notebooks re-run identically.
 
@@ -135,6 +262,12 @@ class SkillsSession:
             if _is_under(absolute, source.root):
                 return _inside(f"<{source.label}>", absolute, os.path.dirname(source.root))
         return shown
+
+
+def _required(value: str | None, usage: str) -> str:
+    if not value:
+        raise ValueError(f"usage: %skills model {usage}")
+    return value
 
 
 def _is_under(path: str, root: str) -> bool:

@@ -1,0 +1,323 @@
+"""The agent loop: a model that sees only the catalog until it activates a skill, and reads files only when needed.
+
+The system prompt is short instructions plus the `<available_skills>` catalog (model-visible skills, under the
+budget, no locations), marked for prompt caching and byte-identical for the same catalog. Tools:
+`activate_skill(name)`, `read_skill_resource(skill, path)`, `run_skill_script(skill, path, args, stdin)`. Every
+disclosure is a row of the load trace: discover, activate, reference, execute, model call.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from skills_magic.disclosure import ResourceError, activation_text, read_resource
+from skills_magic.listing import DEFAULT_BUDGET_CHARS, xml_listing
+from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, usage_of
+from skills_magic.skill import Skill
+
+DEFAULT_MAX_TURNS = 20  # model calls per run; a loop that needs more is usually stuck
+DEFAULT_MAX_TOKENS = 4096  # per model call
+SYSTEM_INSTRUCTIONS = (
+    "You can use Agent Skills: folders of instructions, scripts and references for specific tasks. The skills "
+    "available are listed below by name and description only. When a task matches a skill, call activate_skill "
+    "with its name before doing the task, then follow its instructions. Read a skill's files with "
+    "read_skill_resource only when its instructions point to them, and run its scripts only with run_skill_script. "
+    "Do not guess what a skill says: activate it."
+)
+ALREADY_ACTIVE = "Skill {name!r} is already active: its instructions are earlier in this conversation."
+NOT_PERMITTED = (
+    "Execution is not permitted: no permission policy has approved running {path!r} of skill {skill!r}. "
+    "Continue without running it, and say what you would have run."
+)
+
+
+@dataclass
+class TraceEvent:
+    """One disclosure or call: what was sent to (or done for) the model, measured, never estimated."""
+
+    stage: str  # discover | activate | reference | execute | model
+    object: str
+    bytes: int | None = None  # UTF-8 size of what was actually sent
+    input_tokens: int | None = None  # as the API reported them
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    input: Any
+    result_bytes: int
+    is_error: bool
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    """Everything a run did. `final_text` is the last answer; `trace` the load trace."""
+
+    task: str
+    skill: str | None
+    client: str
+    model: str
+    final_text: str = ""
+    stop_reason: str = ""
+    note: str = ""
+    turns: int = 0
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), 0))
+    trace: list[TraceEvent] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    interrupted: bool = False
+    system: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.interrupted and self.stop_reason in ("end_turn", "stop_sequence", "no_model")
+
+
+ScriptRunner = Callable[[Skill, str, Sequence[str], str], tuple[str, bool, TraceEvent]]
+
+
+def tool_definitions(names: Sequence[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "activate_skill",
+            "description": "Load a skill's full instructions (and the list of its files) into the conversation.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "enum": list(names), "description": "the skill's name"}},
+                "required": ["name"],
+            },
+        },
+        {
+            "name": "read_skill_resource",
+            "description": "Read one text file of a skill, by its path relative to the skill's folder.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"skill": {"type": "string"}, "path": {"type": "string"}},
+                "required": ["skill", "path"],
+            },
+        },
+        {
+            "name": "run_skill_script",
+            "description": "Run one of a skill's scripts (subject to the user's permission policy).",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "skill": {"type": "string"},
+                    "path": {"type": "string", "description": "relative to the skill's folder, e.g. scripts/check.py"},
+                    "args": {"type": "array", "items": {"type": "string"}},
+                    "stdin": {"type": "string"},
+                },
+                "required": ["skill", "path"],
+            },
+        },
+    ]
+
+
+class ToolInputError(Exception):
+    """A tool call whose input does not fit the tool; answered with `is_error`, the run goes on."""
+
+
+def _text_of(content: list[dict[str, Any]]) -> str:
+    return "".join(block.get("text", "") for block in content if block.get("type") == "text")
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+class Agent:
+    """One run of the loop over a fixed catalog."""
+
+    def __init__(self, skills: Sequence[Skill], model: ModelClient, model_id: str, *,
+                 show_path: Callable[[str], str], session_id: str = "", budget: int | None = DEFAULT_BUDGET_CHARS,
+                 max_turns: int = DEFAULT_MAX_TURNS, max_tokens: int = DEFAULT_MAX_TOKENS,
+                 run_script: ScriptRunner | None = None):
+        self.all_skills = {s.name: s for s in skills}
+        visible = [s for s in skills if s.model_visible]
+        self.listing, self.catalog = xml_listing(visible, budget)
+        self.visible = {e.name: e.skill for e in self.listing.entries()}
+        self.model = model
+        self.model_id = model_id
+        self.show_path = show_path
+        self.session_id = session_id
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.run_script = run_script
+        self.system = f"{SYSTEM_INSTRUCTIONS}\n\n{self.catalog}"
+        self.tools = tool_definitions(list(self.visible))
+        placeholders = getattr(model, "placeholders", None)
+        if isinstance(placeholders, dict) and session_id:
+            placeholders[session_id] = "${CLAUDE_SESSION_ID}"
+
+    # --- the tools ----------------------------------------------------------------------------------------------
+
+    def _skill(self, value: Any, field_name: str = "skill") -> Skill:
+        if not isinstance(value, str) or not value:
+            raise ToolInputError(f"`{field_name}` must be the name of a listed skill")
+        found = self.visible.get(value) or self.activated.get(value)
+        if found is None:
+            close = difflib.get_close_matches(value, list(self.visible), n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise ToolInputError(f"no skill named {value!r} is available{hint}")
+        return found
+
+    def _activate(self, skill: Skill, arguments: Sequence[str], result: RunResult) -> str:
+        if skill.name in self.activated:
+            return ALREADY_ACTIVE.format(name=skill.name)
+        self.activated[skill.name] = skill
+        text = activation_text(skill, self.show_path(skill.folder), arguments, self.session_id)
+        result.trace.append(TraceEvent("activate", skill.name, bytes=_size(text)))
+        return text
+
+    def _call_tool(self, block: dict[str, Any], arguments: Sequence[str], result: RunResult) -> dict[str, Any]:
+        name, data = block.get("name"), block.get("input")
+        try:
+            if not isinstance(data, dict):
+                raise ToolInputError(f"the input of {name} must be a JSON object")
+            if name == "activate_skill":
+                content = self._activate(self._skill(data.get("name"), "name"), arguments, result)
+            elif name == "read_skill_resource":
+                skill = self._skill(data.get("skill"))
+                try:
+                    resource = read_resource(skill, data.get("path"))
+                except ResourceError as error:
+                    raise ToolInputError(str(error)) from None
+                content = resource.text
+                result.trace.append(TraceEvent("reference", f"{skill.name}/{resource.path}", bytes=_size(content)))
+            elif name == "run_skill_script":
+                skill = self._skill(data.get("skill"))
+                path, args, stdin = data.get("path"), data.get("args") or [], data.get("stdin") or ""
+                if not isinstance(path, str) or not isinstance(args, list) or not isinstance(stdin, str):
+                    raise ToolInputError("run_skill_script needs `path` (a string), `args` (a list) and `stdin` (a string)")
+                if self.run_script is None:
+                    result.trace.append(TraceEvent("execute", f"{skill.name}/{path}", detail="denied: no permission policy"))
+                    raise ToolInputError(NOT_PERMITTED.format(path=path, skill=skill.name))
+                content, failed, event = self.run_script(skill, path, [str(a) for a in args], stdin)
+                result.trace.append(event)
+                if failed:
+                    raise ToolInputError(content)
+            else:
+                raise ToolInputError(f"there is no tool named {name!r}")
+        except ToolInputError as error:
+            message = str(error)
+            result.tool_calls.append(ToolCall(block.get("id", ""), str(name), data, _size(message), True, message))
+            return {"type": "tool_result", "tool_use_id": block.get("id", ""), "content": message, "is_error": True}
+        result.tool_calls.append(ToolCall(block.get("id", ""), str(name), data, _size(content), False))
+        return {"type": "tool_result", "tool_use_id": block.get("id", ""), "content": content}
+
+    # --- the loop -----------------------------------------------------------------------------------------------
+
+    def request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "model": self.model_id,
+            "max_tokens": self.max_tokens,
+            # one cache breakpoint after the system prompt caches tools + system: identical on every call of a run
+            "system": [{"type": "text", "text": self.system, "cache_control": {"type": "ephemeral"}}],
+            "tools": self.tools,
+            "messages": messages,
+        }
+
+    def _account(self, response: Response, result: RunResult) -> None:
+        usage = usage_of(response)
+        for key, value in usage.items():
+            result.usage[key] += value
+        result.trace.append(TraceEvent(
+            "model", f"call {result.turns}", input_tokens=usage["input_tokens"], output_tokens=usage["output_tokens"],
+            cache_read_tokens=usage["cache_read_input_tokens"], cache_write_tokens=usage["cache_creation_input_tokens"],
+            detail=str(response.get("stop_reason")),
+        ))
+
+    def run(self, task: str, skill: str | None = None, arguments: Sequence[str] = (),
+            on_text: TextCallback | None = None, on_event: Callable[[str, Any], None] | None = None) -> RunResult:
+        """Run the task. With `skill`, that skill is activated explicitly (no model decision)."""
+        self.activated: dict[str, Skill] = {}
+        result = RunResult(task=task, skill=skill, client=self.model.name, model=self.model_id, system=self.system)
+        result.trace.append(TraceEvent("discover", f"catalog of {self.listing.shown} skills", bytes=_size(self.catalog),
+                                       detail=self.listing.marker() or ""))
+        notify = on_event or (lambda kind, value: None)
+        first: list[dict[str, Any]] = []
+        if skill is not None:
+            chosen = self.all_skills.get(skill)
+            if chosen is None:
+                raise ToolInputError(f"no skill named {skill!r}")
+            first.append({"type": "text", "text": self._activate(chosen, arguments, result)})
+        first.append({"type": "text", "text": task})
+        messages = result.messages
+        messages.append({"role": "user", "content": first})
+        try:
+            self._loop(messages, arguments, result, on_text, notify)
+        except KeyboardInterrupt:
+            result.interrupted = True
+            result.stop_reason = "interrupted"
+            result.note = "stopped by KeyboardInterrupt; the trace so far is kept"
+        return result
+
+    def _loop(self, messages, arguments, result: RunResult, on_text, notify) -> None:
+        while True:
+            if result.turns >= self.max_turns:
+                result.stop_reason = "max_turns"
+                result.note = f"stopped after {self.max_turns} model calls (--max-turns)"
+                return
+            result.turns += 1
+            try:
+                response = self.model.create(self.request(messages), on_text)
+            except ModelError as error:
+                result.error = str(error)
+                result.stop_reason = "context_window_exceeded" if error.kind == "context" else "error"
+                return
+            self._account(response, result)
+            content = list(response.get("content") or [])
+            stop = response.get("stop_reason") or "end_turn"
+            result.stop_reason = stop
+            messages.append({"role": "assistant", "content": content})
+            text = _text_of(content)
+            if text:
+                result.final_text = text
+                notify("text", text)
+            calls = [b for b in content if b.get("type") == "tool_use"]
+            if stop == "tool_use":
+                if not calls:
+                    result.error = "the model stopped for tool use without calling a tool"
+                    return
+                # parallel calls are answered together, in order, in one user message
+                answers = [self._call_tool(block, arguments, result) for block in calls]
+                for call in result.tool_calls[-len(calls):]:
+                    notify("tool", call)
+                messages.append({"role": "user", "content": answers})
+                continue
+            if stop == "pause_turn":
+                continue  # the API paused a long turn: send it back as-is and let the model go on
+            if stop == "max_tokens":
+                if calls and content and content[-1].get("type") == "tool_use":
+                    result.note = "the answer hit max_tokens inside a tool call; the cut-off call was not run"
+                else:
+                    result.note = "the answer hit max_tokens and may be cut off"
+            elif stop == "refusal":
+                result.note = "the model refused; no tool call of that turn was run"
+            elif stop == "model_context_window_exceeded":
+                result.note = "the conversation no longer fits the model's context window"
+            elif stop == "stop_sequence":
+                result.note = f"stopped at the stop sequence {response.get('stop_sequence')!r}"
+            elif stop != "end_turn":
+                result.note = f"stopped for an unknown reason {stop!r}"
+            return
+
+
+def describe_input(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,138 @@
+"""Claude through the official `anthropic` SDK (sync and async), or any Anthropic-compatible server.
+
+The key and base URL come from the environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`), so Ollama (>= 0.14) and
+llama.cpp's server work unchanged. Retries are the SDK's own (408/409/429/5xx/529, with backoff and retry-after).
+`import anthropic` is slow (about 1.5 s), so it happens on first use, or in the background via `warm_up()`.
+Errors become one-sentence `ModelError`s that never contain the key.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from skills_magic.models.base import ModelError, Request, Response, TextCallback
+
+DEFAULT_MODEL = "claude-sonnet-5-5"  # a current Claude model; `%skills model`, SKILLS_MAGIC_MODEL or --model change it
+MODEL_VARIABLE = "SKILLS_MAGIC_MODEL"
+DEFAULT_MAX_RETRIES = 2  # the SDK's default: three attempts in all
+DEFAULT_TIMEOUT_SECONDS = 600.0  # the SDK's default for one request
+ALIASES = {  # the short names skills use in their `model` field (Claude Code's convention)
+    "sonnet": DEFAULT_MODEL,
+    "opus": "claude-opus-5-5",
+    "haiku": "claude-haiku-5-5",
+}
+# what a failure means to the user, by HTTP status
+_STATUS_KINDS = {400: "bad_request", 401: "authentication", 403: "permission", 404: "not_found", 413: "too_large",
+                 429: "rate_limit", 500: "server", 529: "overloaded"}
+
+_warm: threading.Thread | None = None
+
+
+def warm_up() -> None:
+    """Import the SDK in a background thread (once), so the first run does not wait for it."""
+    global _warm
+    if _warm is None:
+        _warm = threading.Thread(target=lambda: __import__("anthropic"), name="skills-magic-warm-anthropic", daemon=True)
+        _warm.start()
+
+
+def resolve_model(name: str | None) -> str:
+    """A model id from an explicit name, an alias, SKILLS_MAGIC_MODEL, or the default."""
+    chosen = name or os.environ.get(MODEL_VARIABLE) or DEFAULT_MODEL
+    return ALIASES.get(chosen, chosen)
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    return text.replace(secret, "[redacted]") if secret else text
+
+
+def _error(error: Exception, secret: str | None) -> ModelError:
+    import anthropic
+
+    if isinstance(error, anthropic.APITimeoutError):
+        return ModelError("the model did not answer in time (request timed out after the SDK's retries)", kind="timeout")
+    if isinstance(error, anthropic.APIConnectionError):
+        return ModelError(f"could not reach the model server: {_scrub(str(error), secret)}", kind="connection")
+    if isinstance(error, anthropic.APIStatusError):
+        status = error.status_code
+        kind = _STATUS_KINDS.get(status, "server" if status >= 500 else "error")
+        detail = ""
+        body = error.body if isinstance(error.body, dict) else {}
+        inner = body.get("error") if isinstance(body.get("error"), dict) else {}
+        if inner.get("message"):
+            detail = f": {_scrub(str(inner['message']), secret)}"
+        if kind == "authentication":
+            return ModelError(f"authentication failed (HTTP 401){detail}; check ANTHROPIC_API_KEY", status, kind)
+        if status == 400 and "prompt is too long" in detail:
+            kind = "context"
+        retried = " after the SDK's retries" if status in (408, 409, 429) or status >= 500 else ""
+        return ModelError(f"the model call failed with HTTP {status}{retried}{detail}", status, kind)
+    return ModelError(_scrub(f"{type(error).__name__}: {error}", secret))
+
+
+class AnthropicModel:
+    """The Messages API through `anthropic.Anthropic` / `anthropic.AsyncAnthropic`."""
+
+    name = "anthropic"
+
+    def __init__(self, model: str | None = None, *, api_key: str | None = None, base_url: str | None = None,
+                 max_retries: int = DEFAULT_MAX_RETRIES, timeout: float = DEFAULT_TIMEOUT_SECONDS,
+                 http_client: Any = None, async_http_client: Any = None):
+        self.model = resolve_model(model)
+        self._api_key = api_key  # None: the SDK reads ANTHROPIC_API_KEY itself
+        self.base_url = base_url  # None: the SDK reads ANTHROPIC_BASE_URL itself
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self._http_client = http_client  # an httpx2.Client, e.g. with a MockTransport in tests
+        self._async_http_client = async_http_client
+        self._sync: Any = None
+        self._async: Any = None
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"AnthropicModel(model={self.model!r}, base_url={self.base_url!r}, max_retries={self.max_retries})"
+
+    def _secret(self) -> str | None:
+        return self._api_key or os.environ.get("ANTHROPIC_API_KEY")
+
+    def _options(self) -> dict[str, Any]:
+        return {"api_key": self._api_key, "base_url": self.base_url, "max_retries": self.max_retries, "timeout": self.timeout}
+
+    def client(self):
+        if self._sync is None:
+            import anthropic
+
+            self._sync = anthropic.Anthropic(**self._options(), http_client=self._http_client)
+        return self._sync
+
+    def async_client(self):
+        if self._async is None:
+            import anthropic
+
+            self._async = anthropic.AsyncAnthropic(**self._options(), http_client=self._async_http_client)
+        return self._async
+
+    def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
+        import anthropic
+
+        try:
+            if on_text is None:
+                message = self.client().messages.create(**request)
+            else:
+                with self.client().messages.stream(**request) as stream:
+                    for text in stream.text_stream:
+                        on_text(text)
+                    message = stream.get_final_message()
+        except anthropic.AnthropicError as error:
+            raise _error(error, self._secret()) from None
+        return message.model_dump(mode="json", exclude_none=True)
+
+    async def acreate(self, request: Request) -> Response:
+        import anthropic
+
+        try:
+            message = await self.async_client().messages.create(**request)
+        except anthropic.AnthropicError as error:
+            raise _error(error, self._secret()) from None
+        return message.model_dump(mode="json", exclude_none=True)

@@ -1,0 +1,61 @@
+"""The model protocol: one Messages API request in, one Messages API response out, as plain JSON-shaped dicts.
+
+Plain dicts keep the protocol narrow (the agent loop never sees an SDK type), make cassettes a JSON dump, and let a
+scripted model be a list of turns. `on_text` receives text as it arrives when the client can stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+
+from skills_magic.errors import SkillsMagicError
+
+Request = dict[str, Any]  # the body of POST /v1/messages: model, system, messages, tools, max_tokens, ...
+Response = dict[str, Any]  # a Message: id, content blocks, stop_reason, stop_sequence, usage
+TextCallback = Callable[[str], None]
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """What the agent loop needs from a model."""
+
+    name: str  # "anthropic", "scripted", "replay", ...
+
+    def create(self, request: Request, on_text: TextCallback | None = None) -> Response: ...
+
+    async def acreate(self, request: Request) -> Response: ...
+
+
+class ModelError(SkillsMagicError):
+    """A model call failed after the SDK's retries; the message is one clear sentence and never holds a key."""
+
+    def __init__(self, message: str, status: int | None = None, kind: str = "error"):
+        super().__init__(message)
+        self.status = status
+        self.kind = kind  # "authentication", "rate_limit", "overloaded", "server", "timeout", "connection", "context", ...
+
+
+class NoModelConfigured(SkillsMagicError):
+    """No API key and no other client chosen."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "No model is configured: ANTHROPIC_API_KEY is not set. To call Claude, set it in the kernel's environment "
+            "(for example `%env ANTHROPIC_API_KEY=...` or export it before starting Jupyter; ANTHROPIC_BASE_URL points "
+            "at an Anthropic-compatible server such as Ollama or llama.cpp). To work offline, choose the scripted model "
+            "(`%skills model scripted PATH` with turns in a YAML/JSON file) or replay a recorded cassette "
+            "(`%skills model replay CASSETTE`). `%%skill run NAME --no-model --script PATH` runs a skill's script "
+            "without any model."
+        )
+
+
+def usage_of(response: Response) -> dict[str, int]:
+    """The token counts the API reported (never estimated), zero where a field is absent."""
+    usage = response.get("usage") or {}
+    return {
+        "input_tokens": int(usage.get("input_tokens") or 0),
+        "output_tokens": int(usage.get("output_tokens") or 0),
+        "cache_creation_input_tokens": int(usage.get("cache_creation_input_tokens") or 0),
+        "cache_read_input_tokens": int(usage.get("cache_read_input_tokens") or 0),
+    }

@@ -1,0 +1,135 @@
+"""Cassettes: record each request/response pair of a real run, replay them strictly.
+
+A cassette is a JSON file: {"version": 1, "model": ..., "exchanges": [{"request": ..., "response": ...}]}. Nothing
+secret is written: requests are bodies (the key travels in a header and is never seen here), and any value of an
+environment variable whose name looks secret is replaced by `[redacted:NAME]`. Values that change on every run
+(the session id a skill body may contain) are written as placeholders. Replay compares each request with the
+recorded one and fails with a readable diff when they differ, never silently serving a mismatched answer.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from typing import Any
+
+from skills_magic.models.base import ModelClient, ModelError, Request, Response, TextCallback
+
+CASSETTE_VERSION = 1
+SECRET_VARIABLE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+MIN_SECRET_LENGTH = 8  # shorter values ("1", "true") are not secrets and would redact ordinary text
+MAX_DIFF_LINES = 60  # enough to see what changed without flooding a cell
+
+
+class ReplayMismatch(ModelError):
+    """The run sent a request the cassette does not have."""
+
+    def __init__(self, message: str):
+        super().__init__(message, kind="replay")
+
+
+def secrets_of(environ=None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    return {value: f"[redacted:{name}]" for name, value in environ.items()
+            if SECRET_VARIABLE.search(name) and len(value) >= MIN_SECRET_LENGTH}
+
+
+def _replace_strings(value: Any, replacements: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        for old, new in replacements.items():
+            if old in value:
+                value = value.replace(old, new)
+        return value
+    if isinstance(value, dict):
+        return {k: _replace_strings(v, replacements) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_strings(v, replacements) for v in value]
+    return value
+
+
+class _Placeholders:
+    """Values to write as placeholders (set by the agent, e.g. {session_id: "${CLAUDE_SESSION_ID}"})."""
+
+    def __init__(self) -> None:
+        self.placeholders: dict[str, str] = {}
+
+    def _normalize(self, value: Any) -> Any:
+        return _replace_strings(value, {**secrets_of(), **self.placeholders})
+
+
+class RecordingModel(_Placeholders):
+    """Wraps a real client and appends each exchange to a cassette (rewritten whole, so a stopped run keeps its part)."""
+
+    def __init__(self, inner: ModelClient, path: str | os.PathLike):
+        super().__init__()
+        self.inner = inner
+        self.name = f"{inner.name}+record"
+        self.model = getattr(inner, "model", None)
+        self.path = os.fspath(path)
+        self.exchanges: list[dict[str, Any]] = []
+
+    def _record(self, request: Request, response: Response) -> None:
+        self.exchanges.append({"request": self._normalize(request), "response": self._normalize(response)})
+        cassette = {"version": CASSETTE_VERSION, "model": self.model, "exchanges": self.exchanges}
+        with open(self.path, "w", encoding="utf-8") as handle:
+            json.dump(cassette, handle, indent=1, ensure_ascii=False, sort_keys=True)
+            handle.write("\n")
+
+    def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
+        response = self.inner.create(request, on_text)
+        self._record(request, response)
+        return response
+
+    async def acreate(self, request: Request) -> Response:
+        response = await self.inner.acreate(request)
+        self._record(request, response)
+        return response
+
+
+def _pretty(value: Any) -> list[str]:
+    return json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True).splitlines()
+
+
+class ReplayModel(_Placeholders):
+    """Serves a cassette's responses in order, for requests equal to the recorded ones."""
+
+    name = "replay"
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__()
+        self.path = os.fspath(path)
+        with open(self.path, encoding="utf-8") as handle:
+            cassette = json.load(handle)
+        if not isinstance(cassette, dict) or cassette.get("version") != CASSETTE_VERSION:
+            raise ReplayMismatch(f"{self.path} is not a version-{CASSETTE_VERSION} skills-magic cassette")
+        self.model = cassette.get("model")
+        self.exchanges: list[dict[str, Any]] = cassette["exchanges"]
+        self.position = 0
+
+    def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
+        if self.position >= len(self.exchanges):
+            raise ReplayMismatch(
+                f"the run made request {self.position + 1}, but {os.path.basename(self.path)} recorded only "
+                f"{len(self.exchanges)}; record the run again with --record"
+            )
+        recorded = self.exchanges[self.position]
+        sent = self._normalize(request)
+        if sent != recorded["request"]:
+            diff = list(difflib.unified_diff(_pretty(recorded["request"]), _pretty(sent), "recorded", "sent", lineterm="", n=2))
+            shown = "\n".join(diff[:MAX_DIFF_LINES]) + ("\n..." if len(diff) > MAX_DIFF_LINES else "")
+            raise ReplayMismatch(
+                f"request {self.position + 1} differs from the one in {os.path.basename(self.path)} "
+                f"(the skill, the catalog or the task changed; record again with --record):\n{shown}"
+            )
+        self.position += 1
+        response = recorded["response"]
+        if on_text is not None:
+            for block in response.get("content", []):
+                if block.get("type") == "text":
+                    on_text(block["text"])
+        return response
+
+    async def acreate(self, request: Request) -> Response:
+        return self.create(request)

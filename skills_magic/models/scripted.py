@@ -1,0 +1,116 @@
+"""A scripted model: turns declared in YAML/JSON or Python, answered in order, through the same agent loop.
+
+A turn is one of:
+  - a string: one text block, `end_turn`
+  - a mapping: `text` (str), `tool_use` (a list of {name, input[, id]}), optional `stop_reason`, `stop_sequence`,
+    `usage` ({input_tokens, output_tokens, ...}: what a real API would report; nothing is estimated), or `content`
+    (raw content blocks), or `error` ({status, message}: the call fails as a real one would)
+  - in Python, also a callable `turn(request) -> turn`, to answer from what the model was sent.
+`stop_reason` defaults to `tool_use` when the turn has tool calls, else `end_turn`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from skills_magic.models.base import ModelError, Request, Response, TextCallback
+
+Turn = str | dict[str, Any] | Callable[[Request], Any]
+
+
+class TurnsError(ValueError):
+    """A script of turns that does not have the expected shape."""
+
+
+def load_turns(path: str | os.PathLike) -> list[Turn]:
+    """Turns from a .json, .yaml or .yml file: a list, or a mapping with a `turns` list."""
+    path = os.fspath(path)
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    if path.endswith(".json"):
+        data = json.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text)
+    turns = data.get("turns") if isinstance(data, dict) else data
+    if not isinstance(turns, list):
+        raise TurnsError(f"{path}: expected a list of turns, or a mapping with a `turns` list")
+    return turns
+
+
+def _message(turn: Any, index: int, model: str) -> Response:
+    if isinstance(turn, str):
+        turn = {"text": turn}
+    if not isinstance(turn, dict):
+        raise TurnsError(f"turn {index}: expected text or a mapping, not {type(turn).__name__}")
+    if "error" in turn:
+        error = turn["error"] or {}
+        raise ModelError(str(error.get("message", "scripted failure")), error.get("status"), str(error.get("kind", "error")))
+    if "content" in turn:
+        content = list(turn["content"])
+    else:
+        content = []
+        if turn.get("text"):
+            content.append({"type": "text", "text": str(turn["text"])})
+        for number, call in enumerate(turn.get("tool_use") or [], 1):
+            if not isinstance(call, dict) or "name" not in call:
+                raise TurnsError(f"turn {index}: a tool_use needs a name")
+            content.append({
+                "type": "tool_use",
+                "id": str(call.get("id") or f"toolu_scripted_{index:02d}_{number}"),
+                "name": str(call["name"]),
+                "input": call.get("input", {}),
+            })
+    has_tools = any(block.get("type") == "tool_use" for block in content)
+    return {
+        "id": f"msg_scripted_{index:02d}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": turn.get("stop_reason") or ("tool_use" if has_tools else "end_turn"),
+        "stop_sequence": turn.get("stop_sequence"),
+        "usage": dict(turn.get("usage") or {"input_tokens": 0, "output_tokens": 0}),
+    }
+
+
+class ScriptedModel:
+    """Answers each call with the next declared turn; keeps every request it was sent (`requests`)."""
+
+    name = "scripted"
+
+    def __init__(self, turns: Sequence[Turn], model: str = "scripted", source: str | None = None):
+        self.turns = list(turns)
+        self.model = model
+        self.source = source
+        self.requests: list[Request] = []
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> ScriptedModel:
+        return cls(load_turns(path), source=os.fspath(path))
+
+    @property
+    def remaining(self) -> int:
+        return len(self.turns) - len(self.requests)
+
+    def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
+        index = len(self.requests)
+        self.requests.append(request)
+        if index >= len(self.turns):
+            raise ModelError(f"the script has {len(self.turns)} turns and the run asked for turn {index + 1}", kind="script")
+        turn = self.turns[index]
+        if callable(turn):
+            turn = turn(request)
+        message = _message(turn, index + 1, self.model)
+        if on_text is not None:
+            for block in message["content"]:
+                if block.get("type") == "text":
+                    on_text(block["text"])
+        return message
+
+    async def acreate(self, request: Request) -> Response:
+        return self.create(request)
