@@ -71,6 +71,7 @@ class RecordingModel(_Placeholders):
         self.exchanges: list[dict[str, Any]] = []
 
     def _record(self, request: Request, response: Response) -> None:
+        self.model = request.get("model", self.model)  # the id the requests carry, which a replay must send again
         self.exchanges.append({"request": self._normalize(request), "response": self._normalize(response)})
         cassette = {"version": CASSETTE_VERSION, "model": self.model, "exchanges": self.exchanges}
         with open(self.path, "w", encoding="utf-8") as handle:

@@ -50,10 +50,11 @@ def profile(rows: list, header: list) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("path")
+    parser.add_argument("path", help="the CSV file, or - for standard input")
     parser.add_argument("--delimiter", default=",")
     args = parser.parse_args()
-    with open(args.path, newline="", encoding="utf-8") as handle:
+    handle = sys.stdin if args.path == "-" else open(args.path, newline="", encoding="utf-8")
+    with handle:
         reader = csv.reader(handle, delimiter=args.delimiter)
         header = next(reader, [])
         rows = list(reader)
