@@ -229,7 +229,7 @@ class Agent:
             # one cache breakpoint after the system prompt caches tools + system: identical on every call of a run
             "system": [{"type": "text", "text": self.system, "cache_control": {"type": "ephemeral"}}],
             "tools": self.tools,
-            "messages": messages,
+            "messages": list(messages),  # a snapshot: the loop appends to its own list after the call
         }
 
     def _account(self, response: Response, result: RunResult) -> None:

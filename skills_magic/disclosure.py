@@ -27,9 +27,15 @@ class ResourceError(Exception):
 
 def substitute(body: str, arguments: Sequence[str], skill_dir: str, session_id: str, names: Sequence[str] = ()) -> str:
     """`$ARGUMENTS`, `$ARGUMENTS[N]` / `$N` (0-based), `${SKILL_DIR}` / `${CLAUDE_SKILL_DIR}`, `${CLAUDE_SESSION_ID}`,
-    and `$name` for names the skill declares in `arguments`. An index with no argument is left as written (a
-    body's shell snippet such as `awk '{print $1}'` keeps its meaning). Arguments given to a body that uses no
-    placeholder are appended as `ARGUMENTS: ...`, as Claude Code does."""
+    and `$name` for names the skill declares in `arguments`, in one pass (a substituted value is never read again).
+    An index with no argument is left as written (a body's shell snippet such as `awk '{print $1}'` keeps its
+    meaning). Arguments given to a body that uses no placeholder are appended as `ARGUMENTS: ...`, as Claude Code
+    does."""
+    pattern = _PLACEHOLDER
+    declared = {name: position for position, name in enumerate(names) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name)}
+    if declared:
+        alternatives = "|".join(re.escape(n) for n in sorted(declared, key=len, reverse=True))
+        pattern = re.compile(f"{_PLACEHOLDER.pattern}|\\$({alternatives})\\b")
     used = False
 
     def replace(match: re.Match) -> str:
@@ -39,17 +45,19 @@ def substitute(body: str, arguments: Sequence[str], skill_dir: str, session_id: 
             return skill_dir
         if variable == "CLAUDE_SESSION_ID":
             return session_id
-        used = True
-        index = indexed or positional
-        if index is None:
-            return " ".join(arguments)
-        return arguments[int(index)] if int(index) < len(arguments) else match.group(0)
-
-    text = _PLACEHOLDER.sub(replace, body)
-    for position, name in enumerate(names):
-        if position < len(arguments) and re.search(rf"\${re.escape(name)}\b", text):
-            text = re.sub(rf"\${re.escape(name)}\b", lambda _m, v=arguments[position]: v, text)
+        if indexed is None and positional is None and match.group(0) != "$ARGUMENTS":
+            index = declared[match.group(4)]  # a declared name
+        elif indexed is None and positional is None:
             used = True
+            return " ".join(arguments)
+        else:
+            index = int(indexed or positional)
+        if index >= len(arguments):
+            return match.group(0)
+        used = True
+        return arguments[index]
+
+    text = pattern.sub(replace, body)
     if arguments and not used:
         text = text.rstrip("\n") + f"\n\nARGUMENTS: {' '.join(arguments)}\n"
     return text

@@ -339,4 +339,12 @@ def utf8_size(content: Any) -> int:
     return len(str(content).encode("utf-8"))
 
 
+def sent_key(headers: dict[str, str]) -> str | None:
+    """The API key a request carried: `x-api-key`, or `Authorization: Bearer KEY` (how anthropic 2.x sends it)."""
+    if "x-api-key" in headers:
+        return headers["x-api-key"]
+    authorization = headers.get("authorization", "")
+    return authorization[len("Bearer "):] if authorization.startswith("Bearer ") else None
+
+
 ReplyFn = Callable[[Recorded], Any]

@@ -137,18 +137,14 @@ def test_substituted_values_are_not_reinterpreted():
     assert sub("$ARGUMENTS", ["$0", "x"]) == "$0 x"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: substitute() re-scans text already substituted for declared `$name`s: an "
-                                       "argument value (or the skill dir) containing `$name` of a declared argument is "
-                                       "substituted again")
 def test_declared_names_do_not_rescan_substituted_values():
     # positional pass puts "$other" into the text; the names pass then replaces it with the value of `other`
     assert sub("a=$0 b=$issue", ["$other", "X"], names=["issue", "other"]) == "a=$other b=$other"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the skill folder substituted for ${SKILL_DIR} goes through the declared-"
-                                       "name pass afterwards, so a folder path containing `$issue` is rewritten")
 def test_skill_dir_is_not_rescanned_for_declared_names():
-    assert sub("${SKILL_DIR}/run.py", ["42"], names=["issue"], skill_dir="weird$issue") == "weird$issue/run.py"
+    # the folder's `$issue` is not a placeholder: the body used none, so the argument is appended
+    assert sub("${SKILL_DIR}/run.py", ["42"], names=["issue"], skill_dir="weird$issue") == "weird$issue/run.py\n\nARGUMENTS: 42\n"
 
 
 def test_declared_argument_names_from_frontmatter(tmp_path):

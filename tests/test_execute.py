@@ -192,6 +192,10 @@ SLEEPER = """\
 import os, sys, time
 pid = os.fork()
 if pid == 0:
+    # the grandchild lets go of the pipes: only killing the whole group can stop it
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
     time.sleep(120)
     os._exit(0)
 with open(sys.argv[1], "w") as handle:
@@ -314,10 +318,29 @@ def test_an_executable_without_a_shebang_is_not_handed_to_a_shell(skill):
         run_script(str(skill), "noshebang")
 
 
-def test_an_executable_binary_runs(skill):
-    # a symlink inside the folder pointing at another file inside the folder is fine
+def test_an_executable_with_a_shebang_and_a_symlink_to_it_run(skill):
+    # a symlink inside the folder to another file inside the folder is fine
     script = write(skill, "bin/tool", f"#!{sys.executable}\nimport sys\nprint('tool', sys.argv[1:])\n", mode=0o755)
     assert stat.S_IMODE(script.stat().st_mode) & 0o100
     (skill / "tool-link").symlink_to(script)
     assert run_script(str(skill), "bin/tool", ["1"]).stdout == "tool ['1']\n"
     assert run_script(str(skill), "tool-link", ["2"]).stdout == "tool ['2']\n"
+
+
+def test_keyboard_interrupt_kills_the_script_and_propagates(skill, monkeypatch):
+    write(skill, "slow.py", "import time\nprint('started', flush=True)\ntime.sleep(120)\n")
+    original = execute.subprocess.Popen.communicate
+    started: list[int] = []
+
+    def interrupted(self, *args, **kwargs):
+        if not started:
+            started.append(self.pid)
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(execute.subprocess.Popen, "communicate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_script(str(skill), "slow.py")
+    assert started
+    with pytest.raises(ProcessLookupError):  # killed and reaped before the interrupt went on
+        os.kill(started[0], 0)
