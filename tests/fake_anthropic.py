@@ -273,7 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         try:
             status, headers, body = self.api.respond(self.command, self.path, dict(self.headers.items()), raw)
-        except BaseException as error:  # an exception reply cannot cross a socket: a 500 that says so, never retried
+        except BaseException as error:  # noqa: BLE001 -- an exception reply cannot cross a socket: a 500 that says so, never retried
             status, headers = 500, {"content-type": "application/json", "x-should-retry": "false"}
             body = json.dumps(Error(500, f"fake server raised {error!r}").body()).encode()
         self.send_response(status)

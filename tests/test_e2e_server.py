@@ -8,7 +8,6 @@ answer). Everything asserted about bytes is measured from what the server actual
 from __future__ import annotations
 
 import json
-import os
 
 import nbformat
 import pytest
@@ -198,4 +197,3 @@ def test_the_fake_server_refuses_what_it_was_not_scripted_for(environment):
 
     assert caught.value.status == 400 and "no scripted reply for request 2" in str(caught.value)
     assert len(server.requests) == 2  # x-should-retry: false
-    assert os.environ["ANTHROPIC_API_KEY"] == FAKE_KEY

@@ -283,11 +283,6 @@ def test_a_prompt_too_long_400_is_kind_context():
     assert "prompt is too long" in str(caught.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: an error event in the middle of a stream (HTTP 200, `event: error` with overloaded_error, as the Messages "
-    "API sends it) becomes ModelError(kind='error', status=200, 'the model call failed with HTTP 200: Overloaded'): "
-    "models/anthropic._error maps kinds by HTTP status only, so the overloaded error is neither kind 'overloaded' "
-    "nor described truthfully"))
 def test_an_error_in_the_middle_of_a_stream_keeps_its_meaning():
     api = FakeMessagesAPI([StreamError(text_message("Half an answer and then"), "overloaded_error", "Overloaded")])
     received: list[str] = []

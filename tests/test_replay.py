@@ -149,7 +149,7 @@ def test_short_or_harmless_environment_values_are_not_redacted(project, monkeypa
 
 
 def test_the_session_id_is_written_as_a_placeholder(project):
-    session, result, path = record(project)
+    session, _, path = record(project)
 
     text = path.read_text(encoding="utf-8")
     assert session.session_id not in text
@@ -201,7 +201,7 @@ def test_an_async_call_is_recorded_too(tmp_path):
 
 
 def test_a_replay_from_another_session_gives_the_same_result_without_network(project, monkeypatch):
-    first, recorded, path = record(project)
+    first, recorded, _ = record(project)
     no_network(monkeypatch)
     second = new_session(project)
     assert second.session_id != first.session_id
@@ -332,10 +332,6 @@ def test_a_json_file_that_is_not_a_cassette_is_a_replay_mismatch(tmp_path, conte
     assert caught.value.kind == "replay"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: ReplayModel(path) only checks the parsed value: a file that is not JSON at all (notes, a notebook's "
-    "Markdown, a truncated cassette) raises json.JSONDecodeError instead of ReplayMismatch, and `%%skill run "
-    "--replay notes.md` then shows only 'Expecting value: line 1 column 1 (char 0)'"))
 @pytest.mark.parametrize("content", ["these are my notes, not a cassette\n", '{"version": 1, "exchanges": [', ""])
 def test_a_file_that_is_not_json_is_a_replay_mismatch(tmp_path, content):
     path = tmp_path / "notes.md"
@@ -345,10 +341,6 @@ def test_a_file_that_is_not_json_is_a_replay_mismatch(tmp_path, content):
         ReplayModel(path)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a version-1 object without an `exchanges` list passes ReplayModel's check and then fails with a bare "
-    "KeyError('exchanges') in ReplayModel.__init__ (or KeyError(0) on the first request when `exchanges` is a "
-    "mapping) instead of ReplayMismatch; a KeyError is not a ValueError, so `%%skill run --replay` shows a traceback"))
 @pytest.mark.parametrize("content", ['{"version": 1}', '{"version": 1, "exchanges": {"request": {}}}'])
 def test_a_version_1_object_without_exchanges_is_a_replay_mismatch(tmp_path, content):
     path = tmp_path / "broken.json"
@@ -485,11 +477,6 @@ def test_a_changed_task_through_the_magic_shows_the_diff(ip, magics, project):
     assert "error: request 1 differs" in view.text()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: `%%skill run --record FOLDER/FILE` with a folder that does not exist calls the model first, then "
-    "RecordingModel._record's open() raises a raw FileNotFoundError out of the agent loop: the model call is spent, "
-    "the run's result is lost (no RunView, session.last_run unset) and the cell shows a traceback; the folder should "
-    "be created (or the path refused with a UsageError before any model call)"))
 def test_record_into_a_folder_that_does_not_exist_yet(ip, magics, project):
     ip.run_line_magic("skills", f"model scripted {write_turns(project, [{'text': ANSWER}])}")
     scripted = magics.session.model_client

@@ -27,6 +27,10 @@ ALIASES = {  # the short names skills use in their `model` field (Claude Code's 
 _STATUS_KINDS = {400: "bad_request", 401: "authentication", 403: "permission", 404: "not_found", 413: "too_large",
                  429: "rate_limit", 500: "server", 529: "overloaded"}
 
+_ERROR_TYPE_KINDS = {"overloaded_error": "overloaded", "rate_limit_error": "rate_limit", "api_error": "server",
+                     "authentication_error": "authentication", "permission_error": "permission",
+                     "invalid_request_error": "bad_request", "request_too_large": "too_large", "timeout_error": "timeout"}
+
 _warm: threading.Thread | None = None
 
 
@@ -57,12 +61,13 @@ def _error(error: Exception, secret: str | None) -> ModelError:
         return ModelError(f"could not reach the model server: {_scrub(str(error), secret)}", kind="connection")
     if isinstance(error, anthropic.APIStatusError):
         status = error.status_code
-        kind = _STATUS_KINDS.get(status, "server" if status >= 500 else "error")
-        detail = ""
         body = error.body if isinstance(error.body, dict) else {}
         inner = body.get("error") if isinstance(body.get("error"), dict) else {}
-        if inner.get("message"):
-            detail = f": {_scrub(str(inner['message']), secret)}"
+        detail = f": {_scrub(str(inner['message']), secret)}" if inner.get("message") else ""
+        if status == 200:  # the stream had begun when the API sent an error event: its type says what happened
+            kind = _ERROR_TYPE_KINDS.get(str(inner.get("type")), "error")
+            return ModelError(f"the model's answer stopped with an error ({kind}){detail}", None, kind)
+        kind = _STATUS_KINDS.get(status, "server" if status >= 500 else "error")
         if kind == "authentication":
             return ModelError(f"authentication failed (HTTP 401){detail}; check ANTHROPIC_API_KEY", status, kind)
         if status == 400 and "prompt is too long" in detail:

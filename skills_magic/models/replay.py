@@ -69,14 +69,22 @@ class RecordingModel(_Placeholders):
         self.model = getattr(inner, "model", None)
         self.path = os.fspath(path)
         self.exchanges: list[dict[str, Any]] = []
+        try:  # before any model call: a cassette that cannot be written must not cost a paid call first
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            self._write()
+        except OSError as error:
+            raise ModelError(f"cannot write the cassette {self.path}: {error.strerror or error}", kind="record") from None
 
-    def _record(self, request: Request, response: Response) -> None:
-        self.model = request.get("model", self.model)  # the id the requests carry, which a replay must send again
-        self.exchanges.append({"request": self._normalize(request), "response": self._normalize(response)})
+    def _write(self) -> None:
         cassette = {"version": CASSETTE_VERSION, "model": self.model, "exchanges": self.exchanges}
         with open(self.path, "w", encoding="utf-8") as handle:
             json.dump(cassette, handle, indent=1, ensure_ascii=False, sort_keys=True)
             handle.write("\n")
+
+    def _record(self, request: Request, response: Response) -> None:
+        self.model = request.get("model", self.model)  # the id the requests carry, which a replay must send again
+        self.exchanges.append({"request": self._normalize(request), "response": self._normalize(response)})
+        self._write()
 
     def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
         response = self.inner.create(request, on_text)
@@ -101,12 +109,19 @@ class ReplayModel(_Placeholders):
     def __init__(self, path: str | os.PathLike):
         super().__init__()
         self.path = os.fspath(path)
-        with open(self.path, encoding="utf-8") as handle:
-            cassette = json.load(handle)
-        if not isinstance(cassette, dict) or cassette.get("version") != CASSETTE_VERSION:
-            raise ReplayMismatch(f"{self.path} is not a version-{CASSETTE_VERSION} skills-magic cassette")
+        not_a_cassette = ReplayMismatch(f"{os.path.basename(self.path)} is not a version-{CASSETTE_VERSION} skills-magic cassette")
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                cassette = json.load(handle)
+        except (ValueError, UnicodeDecodeError):
+            raise not_a_cassette from None
+        exchanges = cassette.get("exchanges") if isinstance(cassette, dict) else None
+        if not isinstance(exchanges, list) or cassette.get("version") != CASSETTE_VERSION or not all(
+            isinstance(e, dict) and isinstance(e.get("request"), dict) and isinstance(e.get("response"), dict) for e in exchanges
+        ):
+            raise not_a_cassette
         self.model = cassette.get("model")
-        self.exchanges: list[dict[str, Any]] = cassette["exchanges"]
+        self.exchanges: list[dict[str, Any]] = exchanges
         self.position = 0
 
     def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
