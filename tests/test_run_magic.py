@@ -199,3 +199,16 @@ def test_the_run_notebook_cassette_holds_no_absolute_path():
     cassette = Path(__file__).resolve().parent.parent / "notebooks" / "cassettes" / "weather.json"
     text = cassette.read_text(encoding="utf-8")
     assert str(Path(__file__).resolve().parent.parent) not in text and "/home/" not in text and "/root/" not in text
+
+
+def test_retries_are_configurable_from_the_environment(monkeypatch):
+    from skills_magic.models.anthropic import DEFAULT_MAX_RETRIES, AnthropicModel
+
+    monkeypatch.delenv("SKILLS_MAGIC_MAX_RETRIES", raising=False)
+    assert AnthropicModel("m").max_retries == DEFAULT_MAX_RETRIES
+    monkeypatch.setenv("SKILLS_MAGIC_MAX_RETRIES", "5")
+    assert AnthropicModel("m").max_retries == 5
+    assert AnthropicModel("m", max_retries=0).max_retries == 0
+    monkeypatch.setenv("SKILLS_MAGIC_MAX_RETRIES", "lots")
+    with pytest.raises(ValueError, match="SKILLS_MAGIC_MAX_RETRIES"):
+        AnthropicModel("m")

@@ -17,6 +17,7 @@ from skills_magic.models.base import ModelError, Request, Response, TextCallback
 DEFAULT_MODEL = "claude-sonnet-5-5"  # a current Claude model; `%skills model`, SKILLS_MAGIC_MODEL or --model change it
 MODEL_VARIABLE = "SKILLS_MAGIC_MODEL"
 DEFAULT_MAX_RETRIES = 2  # the SDK's default: three attempts in all
+RETRIES_VARIABLE = "SKILLS_MAGIC_MAX_RETRIES"
 DEFAULT_TIMEOUT_SECONDS = 600.0  # the SDK's default for one request
 ALIASES = {  # the short names skills use in their `model` field (Claude Code's convention)
     "sonnet": DEFAULT_MODEL,
@@ -46,6 +47,15 @@ def resolve_model(name: str | None) -> str:
     """A model id from an explicit name, an alias, SKILLS_MAGIC_MODEL, or the default."""
     chosen = name or os.environ.get(MODEL_VARIABLE) or DEFAULT_MODEL
     return ALIASES.get(chosen, chosen)
+
+
+def _retries_from_environment() -> int:
+    value = os.environ.get(RETRIES_VARIABLE, "")
+    if not value:
+        return DEFAULT_MAX_RETRIES
+    if not value.isdigit():
+        raise ValueError(f"{RETRIES_VARIABLE} must be a whole number of retries, not {value!r}")
+    return int(value)
 
 
 def _scrub(text: str, secret: str | None) -> str:
@@ -83,12 +93,12 @@ class AnthropicModel:
     name = "anthropic"
 
     def __init__(self, model: str | None = None, *, api_key: str | None = None, base_url: str | None = None,
-                 max_retries: int = DEFAULT_MAX_RETRIES, timeout: float = DEFAULT_TIMEOUT_SECONDS,
+                 max_retries: int | None = None, timeout: float = DEFAULT_TIMEOUT_SECONDS,
                  http_client: Any = None, async_http_client: Any = None):
         self.model = resolve_model(model)
         self._api_key = api_key  # None: the SDK reads ANTHROPIC_API_KEY itself
         self.base_url = base_url  # None: the SDK reads ANTHROPIC_BASE_URL itself
-        self.max_retries = max_retries
+        self.max_retries = max_retries if max_retries is not None else _retries_from_environment()
         self.timeout = timeout
         self._http_client = http_client  # an httpx2.Client, e.g. with a MockTransport in tests
         self._async_http_client = async_http_client
