@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from skills_magic.disclosure import ResourceError, activation_text, read_resource
+from skills_magic.disclosure import ResourceError, activation_text, deny_inline, read_resource
 from skills_magic.listing import DEFAULT_BUDGET_CHARS, xml_listing
 from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, usage_of
 from skills_magic.skill import Skill
@@ -146,7 +146,7 @@ class Agent:
     def __init__(self, skills: Sequence[Skill], model: ModelClient, model_id: str, *,
                  show_path: Callable[[str], str], session_id: str = "", budget: int | None = DEFAULT_BUDGET_CHARS,
                  max_turns: int = DEFAULT_MAX_TURNS, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 run_script: ScriptRunner | None = None):
+                 run_script: ScriptRunner | None = None, expand_inline: Callable[[Skill, str], str] = deny_inline):
         self.all_skills = {s.name: s for s in skills}
         visible = [s for s in skills if s.model_visible]
         self.listing, self.catalog = xml_listing(visible, budget)
@@ -158,6 +158,7 @@ class Agent:
         self.max_turns = max_turns
         self.max_tokens = max_tokens
         self.run_script = run_script
+        self.expand_inline = expand_inline
         self.system = f"{SYSTEM_INSTRUCTIONS}\n\n{self.catalog}"
         self.tools = tool_definitions(list(self.visible))
         placeholders = getattr(model, "placeholders", None)
@@ -180,7 +181,7 @@ class Agent:
         if skill.name in self.activated:
             return ALREADY_ACTIVE.format(name=skill.name)
         self.activated[skill.name] = skill
-        text = activation_text(skill, self.show_path(skill.folder), arguments, self.session_id)
+        text = activation_text(skill, self.show_path(skill.folder), arguments, self.session_id, self.expand_inline)
         result.trace.append(TraceEvent("activate", skill.name, bytes=_size(text)))
         return text
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from skills_magic.skill import SKILL_FILENAMES, Skill
@@ -85,9 +85,20 @@ def resources(skill: Skill) -> list[str]:
     return found
 
 
-def activation_text(skill: Skill, shown_folder: str, arguments: Sequence[str], session_id: str) -> str:
-    """What `activate_skill` returns: the annotation line, the body after substitutions, the resource list."""
+INLINE_SHELL = re.compile(r"!`([^`\n]+)`")  # Claude Code's inline command syntax in a SKILL.md body
+
+
+def deny_inline(skill: Skill, body: str) -> str:
+    """With no permission gate, every inline command becomes a visible marker; none runs."""
+    return INLINE_SHELL.sub(lambda m: f"[denied: !`{m.group(1)}`: no permission policy]", body)
+
+
+def activation_text(skill: Skill, shown_folder: str, arguments: Sequence[str], session_id: str,
+                    expand_inline: Callable[[Skill, str], str] = deny_inline) -> str:
+    """What `activate_skill` returns: the annotation line, the body after substitutions (inline shell commands
+    decided by the permission policy), the resource list."""
     body = substitute(skill.body, arguments, shown_folder, session_id, declared_argument_names(skill))
+    body = expand_inline(skill, body)
     files = resources(skill)
     listed = files[:MAX_RESOURCES_LISTED]
     lines = [f"- {path}" for path in listed]

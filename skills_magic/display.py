@@ -392,3 +392,90 @@ class ModelView(View):
 
     def data(self) -> dict[str, Any]:
         return {"client": self.client_name, "model": self.model_id, "detail": self.detail}
+
+
+class PolicyView(View):
+    """`%skills policy`: the rules in evaluation order with their origin, problems met, each skill's review state."""
+
+    kind = "policy"
+
+    def __init__(self, rules, problems, skills_state: list[tuple[str, str]]):
+        self.rules, self.problems, self.skills_state = list(rules), list(problems), skills_state
+
+    def text(self) -> str:
+        ordered = [r for r in self.rules if r.kind == "deny"] + [r for r in self.rules if r.kind == "allow"]
+        lines = ["rules (deny first, then allow, then ask):"]
+        lines += [f"  {r}" for r in ordered] or ["  (none: every script run is asked; unattended, denied)"]
+        if self.problems:
+            lines += ["rules not accepted:"] + [f"  ! {p}" for p in self.problems]
+        lines.append("skills.lock:")
+        lines += [f"  {name}: {state}" for name, state in self.skills_state]
+        return "\n".join(lines)
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "rules": [{"kind": r.kind, "rule": r.text, "origin": r.origin, "env": list(r.env)} for r in self.rules],
+            "problems": self.problems,
+            "manifest": dict(self.skills_state),
+        }
+
+
+class ReviewView(View):
+    """`%skills review NAME`: every file with its size and digest, what changed since the last review."""
+
+    kind = "review"
+
+    def __init__(self, skill, changes, sizes: dict[str, int], written: bool, confirmation: str):
+        self.skill, self.changes, self.sizes, self.written, self.confirmation = skill, changes, sizes, written, confirmation
+
+    def text(self) -> str:
+        lines = [f"review of {self.skill.name} (version {self.skill.version}):"]
+        for c in self.changes:
+            shown = (c.current or c.reviewed or "")[:16]
+            size = f"{self.sizes[c.path]:,}" if c.path in self.sizes else "-"
+            lines.append(f"  {c.kind:<9} {c.path:<40} {size:>9} bytes  sha256 {shown}…")
+        lines.append(self.confirmation)
+        return "\n".join(lines)
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "skill": self.skill.name,
+            "version": self.skill.version,
+            "files": [{"path": c.path, "change": c.kind, "bytes": self.sizes.get(c.path), "reviewed_sha256": c.reviewed,
+                       "sha256": c.current} for c in self.changes],
+            "written": self.written,
+        }
+
+
+AUDIT_COLUMNS = ("event", "skill", "path", "decision", "decided by", "exit", "detail")
+
+
+class AuditView(View):
+    """`%skills audit`: decisions and runs (times and durations go to metadata: they change on every run)."""
+
+    kind = "audit"
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        self.rows = rows
+
+    def _cells(self):
+        return [(r["event"], r["skill"], r["path"], r["decision"] or "", (r["decided_by"] or "")[:100],
+                 "" if r["exit_code"] is None else str(r["exit_code"]), (r["detail"] or "")[:60]) for r in self.rows]
+
+    def text(self) -> str:
+        if not self.rows:
+            return "no decisions or runs recorded in this session"
+        widths = [max(len(c), *(len(row[i]) for row in self._cells())) for i, c in enumerate(AUDIT_COLUMNS)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(AUDIT_COLUMNS, widths, strict=True)).rstrip()]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in self._cells()]
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        return _table_html(AUDIT_COLUMNS, self._cells())
+
+    def data(self) -> dict[str, Any]:
+        keep = ("event", "skill", "path", "digest", "decision", "decided_by", "exit_code", "detail")
+        return {"audit": [{k: r[k] for k in keep} for r in self.rows]}
+
+    def metadata(self) -> dict[str, Any]:
+        return {"at": [r["at"] for r in self.rows], "seconds": [r["seconds"] for r in self.rows]}

@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,13 +42,13 @@ class ScriptRun:
     stdin_bytes: int
 
 
-def clean_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The kernel's environment without anything that looks like a credential."""
+def clean_environment(environ: Mapping[str, str] | None = None, granted: Sequence[str] = ()) -> dict[str, str]:
+    """The kernel's environment without anything that looks like a credential, except what a rule `granted`."""
     environ = os.environ if environ is None else environ
     return {
         name: value
         for name, value in environ.items()
-        if not SECRET_NAME.search(name) and not name.startswith(SECRET_PREFIXES)
+        if name in granted or not (SECRET_NAME.search(name) or name.startswith(SECRET_PREFIXES))
     }
 
 
@@ -64,59 +65,107 @@ def resolve_script(folder: str, path: str) -> str:
 
 
 def command_for(target: str, arguments: Sequence[str]) -> list[str]:
+    """argv for a script: `.py` with the kernel's Python, `.sh` with bash, anything else only with its run bit."""
     if target.endswith(".py"):
         return [sys.executable, target, *arguments]
+    if target.endswith(".sh"):
+        return ["bash", target, *arguments]
     if os.access(target, os.X_OK):
         return [target, *arguments]
-    raise ScriptError(f"{os.path.basename(target)} is neither a .py file nor executable")
+    raise ScriptError(f"{os.path.basename(target)} is not a .py or .sh file and has no run bit")
 
 
-def _cut(data: bytes) -> tuple[str, bool]:
-    cut = len(data) > MAX_OUTPUT_BYTES
-    return data[:MAX_OUTPUT_BYTES].decode("utf-8", "replace") + ("\n[output cut]" if cut else ""), cut
+class _Capped:
+    """Reads a pipe to its end in a thread, keeping the first MAX_OUTPUT_BYTES (the rest is counted, not kept)."""
+
+    def __init__(self, pipe):
+        self.kept = bytearray()
+        self.dropped = 0
+        self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self.thread.start()
+
+    def _read(self, pipe) -> None:
+        with pipe:
+            for block in iter(lambda: pipe.read(65536), b""):
+                room = MAX_OUTPUT_BYTES - len(self.kept)
+                self.kept += block[:room]
+                self.dropped += max(0, len(block) - room)
+
+    def text(self) -> tuple[str, bool]:
+        self.thread.join()
+        text = self.kept.decode("utf-8", "replace")
+        if self.dropped:
+            text += f"\n[output cut: {self.dropped:,} more bytes not shown]"
+        return text, self.dropped > 0
 
 
 def run_script(folder: str, path: str, arguments: Sequence[str] = (), stdin: str = "",
-               timeout: float = DEFAULT_TIMEOUT_SECONDS, environ: Mapping[str, str] | None = None) -> ScriptRun:
+               timeout: float = DEFAULT_TIMEOUT_SECONDS, environ: Mapping[str, str] | None = None,
+               granted_env: Sequence[str] = ()) -> ScriptRun:
     """Run `path` (relative to the skill folder) to completion or timeout; never through a shell."""
     target = resolve_script(folder, path)
-    with open(target, "rb") as handle:
-        digest = hashlib.sha256(handle.read()).hexdigest()
-    command = command_for(target, [str(a) for a in arguments])
+    try:
+        digest = _digest(target)
+    except OSError as error:  # deleted or made unreadable since it was listed
+        raise ScriptError(f"{path!r} cannot be read: {error.strerror or error}") from None
+    return run_command(command_for(target, [str(a) for a in arguments]), folder, path, tuple(arguments), stdin,
+                       timeout, clean_environment(environ, granted_env), digest)
+
+
+def run_command(command: list[str], folder: str, label: str, arguments: tuple[str, ...], stdin: str, timeout: float,
+                env: dict[str, str], digest: str) -> ScriptRun:
     data = stdin.encode("utf-8")
     started = time.perf_counter()
-    process = subprocess.Popen(
-        command,
-        cwd=os.path.realpath(folder),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=clean_environment(environ),
-        start_new_session=True,  # its own process group, so a timeout kills the script's children too
-    )
+    try:
+        process = subprocess.Popen(command, cwd=os.path.realpath(folder), stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                   start_new_session=True)  # its own process group: a timeout kills its children too
+    except OSError as error:  # a missing interpreter, a bad shebang, no permission
+        raise ScriptError(f"{label} cannot be started: {error.strerror or error}") from None
+    out, err = _Capped(process.stdout), _Capped(process.stderr)
     timed_out = False
     try:
-        out, err = process.communicate(data, timeout=timeout)
+        try:
+            process.stdin.write(data)
+            process.stdin.close()
+        except BrokenPipeError:
+            pass  # the script did not read its input: not an error of ours
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-    except BaseException:  # KeyboardInterrupt included: never leave the child running
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        _kill(process)
+    except BaseException:  # KeyboardInterrupt included: never leave the script running
+        _kill(process)
         raise
-    seconds = time.perf_counter() - started
-    stdout, cut_out = _cut(out)
-    stderr, cut_err = _cut(err)
+    _kill_group(process)  # a child the script left behind does not outlive it
+    stdout, cut_out = out.text()
+    stderr, cut_err = err.text()
     return ScriptRun(
-        script=path,
-        arguments=tuple(arguments),
+        script=label,
+        arguments=arguments,
         exit_code=None if timed_out else process.returncode,
         stdout=stdout,
         stderr=stderr,
-        seconds=seconds,
+        seconds=time.perf_counter() - started,
         timed_out=timed_out,
         truncated=cut_out or cut_err,
         sha256=digest,
         stdin_bytes=len(data),
     )
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill(process: subprocess.Popen) -> None:
+    _kill_group(process)
+    process.wait()
+
+
+def _digest(target: str) -> str:
+    with open(target, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()

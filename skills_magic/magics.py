@@ -13,13 +13,14 @@ from traitlets import List, Unicode
 
 from skills_magic import display
 from skills_magic.errors import SkillsMagicError
+from skills_magic.manifest import skill_files
 from skills_magic.session import SkillsSession
 from skills_magic.skill import CODES
 
 
 
 SHORT_USAGE = "usage: %skills list|show|validate|add|sources|diagnostics|model|trace ... (`%skills?` for details)"
-RUN_USAGE = ("usage: %%skill run [NAME [ARGS...]] [--model M] [--max-turns N] [--record FILE | --replay FILE] "
+RUN_USAGE = ("usage: %%skill run [NAME [ARGS...]] [--model M] [--max-turns N] [--record FILE | --replay FILE] [--background] "
              "[--no-model --script PATH]; the cell body is the task (`%%skill?` for details)")
 STREAM_UPDATE_SECONDS = 0.1  # redraw a streaming answer at most this often: smooth to read, cheap for the kernel
 SOURCE_LABELS = ("session", "path", "project", "user", "bundled")
@@ -64,6 +65,17 @@ def _build_parser() -> argparse.ArgumentParser:
     model.add_argument("choice", nargs="?", help="auto | anthropic [ID] | scripted FILE | replay CASSETTE | a model id")
     model.add_argument("value", nargs="?")
     sub.add_parser("trace", add_help=False)
+    for kind in ("allow", "deny"):
+        rule = sub.add_parser(kind, add_help=False)
+        rule.add_argument("rule", help="SKILL:PATH-PATTERN, e.g. source-verification:scripts/*")
+        if kind == "allow":
+            rule.add_argument("--env", action="append", default=[], help="a secret-looking variable the script may see")
+    sub.add_parser("policy", add_help=False)
+    review = sub.add_parser("review", add_help=False)
+    review.add_argument("name")
+    review.add_argument("--yes", action="store_true", help="accept the bytes shown without a prompt")
+    audit = sub.add_parser("audit", add_help=False)
+    audit.add_argument("--all", action="store_true", help="every session's records, not only this one's")
     return parser
 
 
@@ -91,6 +103,7 @@ def _build_run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--script")
     parser.add_argument("--record")
     parser.add_argument("--replay")
+    parser.add_argument("--background", action="store_true")
     return parser
 
 
@@ -108,10 +121,13 @@ class SkillsMagics(Magics):
     """`%skills`: list, show, validate and add Agent Skills."""
 
     paths = List(Unicode(), help="Extra folders searched for skills, after session-added ones.").tag(config=True)
+    allow = List(Unicode(), help="Permission rules SKILL:PATH that allow scripts to run.").tag(config=True)
+    deny = List(Unicode(), help="Permission rules SKILL:PATH that forbid scripts to run (they win).").tag(config=True)
 
     def __init__(self, shell=None, **kwargs):
         super().__init__(shell=shell, **kwargs)
-        self.session = SkillsSession(extra_paths=self.paths)
+        self.session = SkillsSession(extra_paths=self.paths, allow=self.allow, deny=self.deny)
+        self.session.asker = self._ask
         self.parser = _build_parser()
         self.run_parser = _build_run_parser()
 
@@ -127,6 +143,11 @@ class SkillsMagics(Magics):
         %skills diagnostics [--severity S] [--code C] [--json]
         %skills model [auto | anthropic [ID] | scripted FILE | replay CASSETTE | ID]   the model runs use
         %skills trace                                         the load trace of the last run
+        %skills allow SKILL:PATH [--env VAR]                  let scripts matching the rule run (deny rules win)
+        %skills deny SKILL:PATH                               never let scripts matching the rule run
+        %skills policy                                        the rules, where each came from, the review state
+        %skills review NAME [--yes]                           files, digests and changes; accept them into skills.lock
+        %skills audit [--all]                                 every permission decision and script run
         """
         try:
             argv = shlex.split(line)
@@ -180,6 +201,56 @@ class SkillsMagics(Magics):
         return display.ModelView(client.name, self.session.resolve_model_id(client, None, None),
                                  self._show_path(source) if source else "")
 
+    def _ask(self, request):
+        """A person at the notebook decides (input() raises where nobody can: the gate then denies)."""
+        answer = input(f"{request.describe()}\nAllow? [o]nce / [a]lways for this skill and path / [d]eny: ")
+        return {"o": "once", "once": "once", "a": "always", "always": "always"}.get(answer.strip().lower(), "deny")
+
+    def _allow(self, args):
+        self.session.add_rule("allow", args.rule, args.env)
+        return self._policy(args)
+
+    def _deny(self, args):
+        self.session.add_rule("deny", args.rule)
+        return self._policy(args)
+
+    def _policy(self, args):
+        states = []
+        for skill in self.session.scan().skills:
+            entry = self.session.manifest.entry(skill.name)
+            if entry is None:
+                states.append((skill.name, "not reviewed"))
+                continue
+            try:
+                self.session.manifest.check(skill.name, skill.folder)
+                states.append((skill.name, f"reviewed (version {entry.get('version')}), bytes match"))
+            except SkillsMagicError as error:
+                states.append((skill.name, f"MISMATCH: {error}"))
+        return display.PolicyView(self.session.policy.rules, self.session.policy.problems, states)
+
+    def _review(self, args):
+        def confirm() -> bool:
+            if args.yes:
+                return True
+            try:
+                return input("Write these digests to skills.lock? [y/N]: ").strip().lower() in ("y", "yes")
+            except Exception:  # StdinNotImplementedError, EOFError, OSError: nobody can confirm here
+                return False
+
+        skill, changes, written = self.session.review(args.name, confirm)
+        sizes = {f.path: f.size for f in skill_files(skill.folder)}
+        lock = os.path.relpath(self.session.manifest.path, self.session.cwd)
+        if written:
+            note = f"written to {lock}: these bytes are now the reviewed ones"
+        elif all(c.kind == "unchanged" for c in changes) and self.session.manifest.entry(skill.name) is not None:
+            note = f"unchanged since the last review in {lock}"
+        else:
+            note = f"not written: nobody confirmed (accept these bytes with %skills review {skill.name} --yes)"
+        return display.ReviewView(skill, changes, sizes, written, note)
+
+    def _audit(self, args):
+        return display.AuditView(self.session.audit(everything=args.all))
+
     def _trace(self, args):
         if self.session.last_run is None:
             raise UsageError("no run yet: `%%skill run` first")
@@ -192,6 +263,8 @@ class SkillsMagics(Magics):
         %%skill run [NAME [ARGS...]] [--model M] [--max-turns N] [--record FILE | --replay FILE]
             the cell body is the task; with NAME that skill is activated explicitly (no model decision), without
             it the model chooses from the catalog; ARGS fill $ARGUMENTS / $0 / $1 ... in the skill's body
+        %%skill run ... --background
+            run the loop in a worker thread; permission prompts appear as Allow/Deny buttons (no answer: deny)
         %%skill run NAME --no-model --script PATH [ARGS...]
             run one script of the skill with the cell body as its stdin, no model at all
         """
@@ -216,6 +289,11 @@ class SkillsMagics(Magics):
             else:
                 if not task.strip() and name is None:
                     raise UsageError(f"the cell body is the task, and it is empty; {RUN_USAGE}")
+                if args.background:
+                    from skills_magic.widgets import BackgroundRun
+
+                    return BackgroundRun(self.session, task, name, arguments, dict(
+                        model=args.model, max_turns=args.max_turns, record=args.record, replay=args.replay)).start()
                 result = self._run_model(task, name, arguments, args)
         except (SkillsMagicError, ValueError) as error:
             raise UsageError(str(error)) from None

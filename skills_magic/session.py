@@ -55,9 +55,21 @@ class SourceStatus:
 class SkillsSession:
     """The catalog of one kernel, and the operations the front ends offer on it."""
 
-    def __init__(self, sources: list[Source] | None = None, cwd: str | None = None, extra_paths: list[str] | tuple = ()):
+    def __init__(self, sources: list[Source] | None = None, cwd: str | None = None, extra_paths: list[str] | tuple = (),
+                 allow: Sequence[str] = (), deny: Sequence[str] = ()):
+        from skills_magic.gate import unattended
+        from skills_magic.manifest import Manifest, lock_path
+        from skills_magic.policy import POLICY_FILE, Policy
+
         self.cwd = os.path.abspath(cwd or os.getcwd())
         self.catalog = Catalog(sources if sources is not None else default_sources(self.cwd, extra=extra_paths))
+        self.policy = Policy()
+        self.policy.extend("deny", deny, "IPython config")
+        self.policy.extend("allow", allow, "IPython config")
+        self.policy.load_file(os.path.join(self.cwd, POLICY_FILE))
+        self.manifest = Manifest(lock_path(self.cwd))
+        self.asker = unattended  # front ends that can ask a person replace this
+        self._database = None
         self.budget: int | None = DEFAULT_BUDGET_CHARS
         self.session_id = uuid.uuid4().hex  # ${CLAUDE_SESSION_ID} in skill bodies
         self.model_client: ModelClient | None = None  # chosen with `%skills model`; None: decided at run time
@@ -186,9 +198,73 @@ class SkillsSession:
 
         return resolve_model(self.model_id)
 
+    # --- permissions, review, audit --------------------------------------------------------------------------
+
+    @property
+    def database(self):
+        if self._database is None:
+            from skills_magic.db import Database, resolve_path
+
+            self._database = Database(resolve_path(self.cwd))
+        return self._database
+
+    def _audit(self, row: dict[str, Any]) -> None:
+        columns = ["session", *row]
+        values = [self.session_id, *row.values()]
+        self.database.connect().execute(
+            f"INSERT INTO audit ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})", values)
+
+    def audit(self, everything: bool = False) -> list[dict[str, Any]]:
+        query = "SELECT * FROM audit" + ("" if everything else " WHERE session = ?") + " ORDER BY id"
+        rows = self.database.connect().execute(query, () if everything else (self.session_id,)).fetchall()
+        return [dict(r) for r in rows]
+
+    def gate(self):
+        from skills_magic.gate import Gate
+
+        return Gate(self.policy, self.manifest, self._audit)
+
+    def add_rule(self, kind: str, text: str, env: Sequence[str] = ()):
+        from skills_magic.policy import parse_rule
+
+        return self.policy.add(parse_rule(kind, text, f"%skills {kind}", env))
+
+    def review(self, name: str, confirm: Callable[[], bool] | None = None):
+        """The files of a skill with their digests and what changed since the last review; writes skills.lock only
+        when `confirm()` says yes. Returns (changes, written)."""
+        skill = self.skill(name)
+        changes = self.manifest.compare(skill.name, skill.folder)
+        needed = any(c.kind != "unchanged" for c in changes) or self.manifest.entry(skill.name) is None
+        written = bool(needed and confirm is not None and confirm())
+        if written:
+            self.manifest.write(skill.name, skill.folder, skill.version)
+            self._audit({"at": _utc_now(), "event": "review", "skill": skill.name, "path": "*", "decision": "allow",
+                         "decided_by": "the reviewer", "detail": f"{len(changes)} files recorded in skills.lock"})
+        return skill, changes, written
+
+    def _script_runner(self, asker):
+        from skills_magic.agent import TraceEvent
+
+        gate = self.gate()
+
+        def run(skill: Skill, path: str, arguments: Sequence[str], stdin: str):
+            outcome = gate.run_script(skill, path, arguments, stdin, asker)
+            where = f"{skill.name}/{path}"
+            if outcome.run is None:
+                return outcome.error, True, TraceEvent("execute", where, bytes=len(stdin.encode("utf-8")), detail=outcome.error[:120])
+            run_ = outcome.run
+            detail = "timed out" if run_.timed_out else f"exit code {run_.exit_code}"
+            event = TraceEvent("execute", where, bytes=run_.stdin_bytes, detail=detail)
+            if run_.timed_out or run_.exit_code != 0:
+                return f"{path} {detail}\n{run_.stderr}".rstrip(), True, event
+            return run_.stdout, False, event
+
+        return run, (lambda skill, body: gate.expand_inline(skill, body, asker))
+
     def run(self, task: str, skill: str | None = None, arguments: Sequence[str] = (), *, model: str | None = None,
             max_turns: int | None = None, record: str | None = None, replay: str | None = None,
-            on_text: Callable[[str], None] | None = None, on_event: Callable[[str, Any], None] | None = None) -> RunResult:
+            on_text: Callable[[str], None] | None = None, on_event: Callable[[str, Any], None] | None = None,
+            asker=None) -> RunResult:
         """Run a task through the agent loop; with `skill`, that skill is activated explicitly."""
         from skills_magic.agent import DEFAULT_MAX_TURNS, Agent
 
@@ -203,9 +279,10 @@ class SkillsSession:
             from skills_magic.models.replay import RecordingModel
 
             client = RecordingModel(client, os.path.join(self.cwd, record))
+        run_script, expand_inline = self._script_runner(asker or self.asker)
         agent = Agent(self.scan().skills, client, self.resolve_model_id(client, model, chosen),
                       show_path=self.show_path, session_id=self.session_id, budget=self.budget,
-                      max_turns=max_turns or DEFAULT_MAX_TURNS)
+                      max_turns=max_turns or DEFAULT_MAX_TURNS, run_script=run_script, expand_inline=expand_inline)
         started = time.perf_counter()
         try:
             result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event)
@@ -217,22 +294,23 @@ class SkillsSession:
     def run_script(self, skill: str, script: str, stdin: str = "", arguments: Sequence[str] = ()) -> RunResult:
         """`--no-model --script`: the user runs one of a skill's scripts directly, with no model involved.
 
-        The user typing this command is the permission for this one run (like `!python script.py`); scripts a
-        model asks for go through the permission policy instead.
+        It passes the same gate as a model's request (the manifest check, deny rules, the audit), except that the
+        user typing the command answers the question a prompt would ask.
         """
         from skills_magic.agent import RunResult, TraceEvent
-        from skills_magic.execute import ScriptError, run_script
 
         chosen = self.skill(skill)
         result = RunResult(task=stdin, skill=chosen.name, client="none", model="-")
         started = time.perf_counter()
-        try:
-            run = run_script(chosen.folder, script, arguments, stdin)
-        except ScriptError as error:
-            result.error, result.stop_reason = str(error), "error"
+        outcome = self.gate().run_script(chosen, script, arguments, stdin, self.asker, requested_by="user")
+        where = f"{chosen.name}/{script}"
+        if outcome.run is None:
+            result.error, result.stop_reason = outcome.error, "denied" if not outcome.allowed else "error"
+            result.trace.append(TraceEvent("execute", where, bytes=len(stdin.encode("utf-8")), detail=(outcome.error or "")[:120]))
         else:
+            run = outcome.run
             detail = "timed out" if run.timed_out else f"exit code {run.exit_code}"
-            result.trace.append(TraceEvent("execute", f"{chosen.name}/{script}", bytes=run.stdin_bytes, detail=detail))
+            result.trace.append(TraceEvent("execute", where, bytes=run.stdin_bytes, detail=detail))
             result.final_text = run.stdout
             result.note = run.stderr.strip()
             result.stop_reason = "no_model" if run.exit_code == 0 else "script_failed"
@@ -262,6 +340,12 @@ class SkillsSession:
             if _is_under(absolute, source.root):
                 return _inside(f"<{source.label}>", absolute, os.path.dirname(source.root))
         return shown
+
+
+def _utc_now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _required(value: str | None, usage: str) -> str:

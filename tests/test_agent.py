@@ -916,5 +916,6 @@ def test_run_script_reports_a_failing_script(session):
 
 def test_run_script_outside_the_skill_is_an_error(session):
     result = session.run_script("pdf-tools", "../csv-clean/SKILL.md")
-    assert result.stop_reason == "error" and "outside the skill's folder" in result.error
-    assert result.trace == []
+    assert result.stop_reason == "denied" and "outside the skill's folder" in result.error
+    assert [(e.stage, e.object) for e in result.trace] == [("execute", "pdf-tools/../csv-clean/SKILL.md")]
+    assert "outside the skill's folder" in result.trace[0].detail

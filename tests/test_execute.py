@@ -227,7 +227,7 @@ def test_output_over_the_limit_is_cut_and_says_so(skill, monkeypatch):
     run = run_script(str(skill), "loud.py")
     assert run.exit_code == 0
     assert run.truncated
-    assert run.stdout == "a" * 100 + "\n[output cut]"
+    assert run.stdout == "a" * 100 + "\n[output cut: 4,900 more bytes not shown]"
     assert run.stderr == "e" * 50
 
 
@@ -236,7 +236,7 @@ def test_stderr_over_the_limit_is_cut_too(skill, monkeypatch):
     write(skill, "loud.py", "import sys\nsys.stderr.write('e' * 11)\nprint('ok')\n")
     run = run_script(str(skill), "loud.py")
     assert run.truncated
-    assert run.stderr == "e" * 10 + "\n[output cut]"
+    assert run.stderr == "e" * 10 + "\n[output cut: 1 more bytes not shown]"
     assert run.stdout == "ok\n"
 
 
@@ -293,10 +293,16 @@ def test_missing_file_and_folder_are_refused(skill):
         run_script(str(skill), "scripts")
 
 
-def test_a_non_executable_non_python_file_is_refused(skill):
-    write(skill, "scripts/run.sh", "#!/bin/sh\necho hi\n", mode=0o644)
-    with pytest.raises(ScriptError, match="run.sh is neither a .py file nor executable"):
-        run_script(str(skill), "scripts/run.sh")
+def test_a_non_executable_file_that_is_not_py_or_sh_is_refused(skill):
+    write(skill, "scripts/run.pl", "print 'hi'\n", mode=0o644)
+    with pytest.raises(ScriptError, match="run.pl is not a .py or .sh file and has no run bit"):
+        run_script(str(skill), "scripts/run.pl")
+
+
+def test_a_sh_script_runs_with_bash_without_its_run_bit(skill):
+    write(skill, "scripts/run.sh", "echo \"hi from ${BASH_VERSION%%.*}\"\n", mode=0o644)
+    run = run_script(str(skill), "scripts/run.sh")
+    assert run.exit_code == 0 and run.stdout.startswith("hi from ")
 
 
 def test_an_executable_script_runs_without_a_shell(skill, tmp_path):
@@ -314,8 +320,14 @@ def test_an_executable_script_runs_without_a_shell(skill, tmp_path):
 def test_an_executable_without_a_shebang_is_not_handed_to_a_shell(skill):
     # exec of a text file without `#!` fails (ENOEXEC) instead of falling back to /bin/sh as a shell would
     write(skill, "noshebang", "echo ran\n", mode=0o755)
-    with pytest.raises(OSError):
+    with pytest.raises(ScriptError, match="cannot be started"):
         run_script(str(skill), "noshebang")
+
+
+def test_a_missing_interpreter_is_a_clear_error(skill):
+    write(skill, "tool", "#!/usr/bin/no-such-interpreter\nprint(1)\n", mode=0o755)
+    with pytest.raises(ScriptError, match="tool cannot be started"):
+        run_script(str(skill), "tool")
 
 
 def test_an_executable_with_a_shebang_and_a_symlink_to_it_run(skill):
@@ -329,7 +341,7 @@ def test_an_executable_with_a_shebang_and_a_symlink_to_it_run(skill):
 
 def test_keyboard_interrupt_kills_the_script_and_propagates(skill, monkeypatch):
     write(skill, "slow.py", "import time\nprint('started', flush=True)\ntime.sleep(120)\n")
-    original = execute.subprocess.Popen.communicate
+    original = execute.subprocess.Popen.wait
     started: list[int] = []
 
     def interrupted(self, *args, **kwargs):
@@ -338,7 +350,7 @@ def test_keyboard_interrupt_kills_the_script_and_propagates(skill, monkeypatch):
             raise KeyboardInterrupt
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(execute.subprocess.Popen, "communicate", interrupted)
+    monkeypatch.setattr(execute.subprocess.Popen, "wait", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_script(str(skill), "slow.py")
     assert started

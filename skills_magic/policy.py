@@ -1,0 +1,137 @@
+"""The permission policy: deny rules, then allow rules, then ask (and where nobody can answer, deny).
+
+A rule names a skill and a path pattern inside it: `source-verification:scripts/verify.py`,
+`source-verification:scripts/*`, or `source-verification:!date *` for an inline shell command of its body. A `*` for
+the skill matches every skill, and is accepted only where the user typed it (`%skills allow`, IPython config), never
+from a project's `skills-policy.yaml`, which arrives with a cloned repository. A skill's own `allowed-tools` is
+shown as a request and never taken as a grant.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from skills_magic.errors import SkillsMagicError
+
+POLICY_FILE = "skills-policy.yaml"  # in the session's folder
+Verdict = Literal["allow", "deny", "ask"]
+
+
+class RuleError(SkillsMagicError, ValueError):
+    """A rule that cannot be understood or is not allowed from where it came."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """`allow` or `deny` for a skill (or `*`) and a path pattern (fnmatch, `/`-separated)."""
+
+    kind: Literal["allow", "deny"]
+    skill: str
+    pattern: str
+    origin: str  # where it came from: "%skills allow", "skills-policy.yaml", "IPython config", "asked: always"
+    env: tuple[str, ...] = ()  # secret-looking variables an allow rule lets through to the script
+
+    @property
+    def text(self) -> str:
+        return f"{self.skill}:{self.pattern}"
+
+    def matches(self, skill: str, path: str) -> bool:
+        return (self.skill == "*" or self.skill == skill) and fnmatch.fnmatchcase(path, self.pattern)
+
+    def __str__(self) -> str:
+        env = f" (env: {', '.join(self.env)})" if self.env else ""
+        return f"{self.kind} {self.text}{env}  [{self.origin}]"
+
+
+def parse_rule(kind: str, text: str, origin: str, env: Sequence[str] = (), user_typed: bool = True) -> Rule:
+    if kind not in ("allow", "deny"):
+        raise RuleError(f"a rule is `allow` or `deny`, not {kind!r}")
+    skill, separator, pattern = str(text).strip().partition(":")
+    if not separator:
+        if skill == "*" and user_typed:  # `%skills allow *`: everything, typed by the user
+            return Rule(kind, "*", "*", origin, tuple(env))
+        raise RuleError(f"{text!r} is not a rule: write SKILL:PATH, e.g. source-verification:scripts/verify.py")
+    skill, pattern = skill.strip(), pattern.strip()
+    if not skill or not pattern:
+        raise RuleError(f"{text!r} needs both a skill and a path pattern")
+    if "*" in skill and (skill != "*" or not user_typed):
+        raise RuleError(f"{text!r}: a wildcard skill is accepted only from %skills {kind} or IPython config, "
+                        f"not from {origin}")
+    if pattern.startswith("/") or ".." in pattern.split("/"):
+        raise RuleError(f"{text!r}: a path pattern is relative to the skill's folder and stays inside it")
+    return Rule(kind, skill, pattern, origin, tuple(env))
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    rule: Rule | None = None
+
+    @property
+    def reason(self) -> str:
+        return str(self.rule) if self.rule else "no rule matches"
+
+
+@dataclass
+class Policy:
+    """Rules in the order they were added, with the problems met while reading them."""
+
+    rules: list[Rule] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, rule: Rule) -> Rule:
+        if rule not in self.rules:
+            self.rules.append(rule)
+        return rule
+
+    def decide(self, skill: str, path: str) -> Decision:
+        """Deny first, then allow, then ask."""
+        for kind in ("deny", "allow"):
+            for rule in self.rules:
+                if rule.kind == kind and rule.matches(skill, path):
+                    return Decision(kind, rule)
+        return Decision("ask")
+
+    def granted_env(self, skill: str, path: str) -> tuple[str, ...]:
+        decision = self.decide(skill, path)
+        return decision.rule.env if decision.verdict == "allow" and decision.rule else ()
+
+    def load_file(self, path: str) -> None:
+        """Rules from a project's `skills-policy.yaml`: `allow:` and `deny:` lists of `SKILL:PATH` strings, or of
+        mappings `{rule: SKILL:PATH, env: [VAR, ...]}`. Bad entries are reported, never fatal."""
+        if not os.path.isfile(path):
+            return
+        import yaml
+
+        origin = os.path.basename(path)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = yaml.safe_load(handle) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            self.problems.append(f"{origin}: cannot be read ({error})")
+            return
+        if not isinstance(data, dict):
+            self.problems.append(f"{origin}: expected a mapping with `allow` and `deny` lists")
+            return
+        for kind in ("deny", "allow"):
+            for entry in data.get(kind) or []:
+                text, env = (entry.get("rule"), entry.get("env") or []) if isinstance(entry, dict) else (entry, [])
+                try:
+                    self.add(parse_rule(kind, text, origin, [str(v) for v in env], user_typed=False))
+                except RuleError as error:
+                    self.problems.append(str(error))
+
+    def extend(self, kind: str, texts: Iterable[str], origin: str) -> None:
+        for text in texts:
+            try:
+                self.add(parse_rule(kind, text, origin))
+            except RuleError as error:
+                self.problems.append(str(error))
+
+
+def pre_approval_hint(skill: str, path: str) -> str:
+    return f"%skills allow {skill}:{path}"

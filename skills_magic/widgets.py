@@ -1,0 +1,99 @@
+"""Live outputs built on ipywidgets (imported only here): a background run with Allow/Deny permission prompts.
+
+A cell that is still executing cannot receive a button click (the kernel handles one message at a time, and
+jupyter-ui-poll does not work on ipykernel 7), so a run that may ask runs in a worker thread: the cell returns at
+once, the widget shows progress, a prompt appears when a script needs a decision, and a `threading.Event` waits for
+the click, with a timeout that denies.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from typing import Any
+
+import ipywidgets as widgets
+
+from skills_magic.gate import Answer, PermissionRequest
+
+PROMPT_TIMEOUT_SECONDS = 300.0  # an unanswered prompt denies after five minutes; the run goes on without the script
+
+
+class PermissionPrompt:
+    """Allow once / Always / Deny buttons for one request; `wait()` returns the answer (deny on timeout)."""
+
+    def __init__(self, request: PermissionRequest, timeout: float = PROMPT_TIMEOUT_SECONDS):
+        self.request = request
+        self.timeout = timeout
+        self.answer: Answer = "deny"
+        self.answered = threading.Event()
+        self.buttons = {
+            "once": widgets.Button(description="Allow once", button_style="success"),
+            "always": widgets.Button(description="Always for this skill and path", button_style="warning",
+                                     layout=widgets.Layout(width="auto")),
+            "deny": widgets.Button(description="Deny", button_style="danger"),
+        }
+        for answer, button in self.buttons.items():
+            button.on_click(lambda _button, a=answer: self._choose(a))
+        text = html.escape(request.describe())
+        self.widget = widgets.VBox([
+            widgets.HTML(f"<pre class='skills-magic-permission'>{text}</pre>"),
+            widgets.HBox(list(self.buttons.values())),
+        ])
+
+    def _choose(self, answer: Answer) -> None:
+        self.answer = answer
+        self.answered.set()
+
+    def wait(self) -> tuple[Answer, bool]:
+        """The answer, and whether it came from a person (False: the timeout denied)."""
+        clicked = self.answered.wait(self.timeout)
+        for button in self.buttons.values():
+            button.disabled = True
+        return (self.answer if clicked else "deny"), clicked
+
+
+class BackgroundRun:
+    """`%%skill run --background`: the loop in a worker thread, shown and asked through one widget."""
+
+    def __init__(self, session, task: str, name: str | None, arguments, options: dict[str, Any],
+                 timeout: float = PROMPT_TIMEOUT_SECONDS):
+        self.session, self.task, self.name, self.arguments, self.options = session, task, name, list(arguments), options
+        self.timeout = timeout
+        self.status = widgets.HTML("<i>running in the background…</i>")
+        self.box = widgets.VBox([self.status])
+        self.result = None
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._work, name="skills-magic-background-run", daemon=True)
+        self.prompts: list[PermissionPrompt] = []
+
+    def start(self) -> BackgroundRun:
+        self.thread.start()
+        return self
+
+    def ask(self, request: PermissionRequest) -> Answer:
+        prompt = PermissionPrompt(request, self.timeout)
+        self.prompts.append(prompt)
+        self.box.children = (*self.box.children, prompt.widget)
+        answer, clicked = prompt.wait()
+        verdict = {"once": "allowed once", "always": "allowed always", "deny": "denied"}[answer]
+        note = verdict if clicked else f"denied: no answer within {self.timeout:.0f} s"
+        prompt.widget.children = (*prompt.widget.children, widgets.HTML(f"<b>{html.escape(note)}</b>"))
+        return answer
+
+    def _work(self) -> None:
+        from skills_magic.display import RunView
+
+        try:
+            self.result = self.session.run(self.task, self.name, self.arguments, asker=self.ask, **self.options)
+            view = RunView(self.result, self.session.last_run_seconds)
+            self.status.value = view.html()
+        except Exception as error:  # shown in the widget: a background thread has no cell to raise into
+            self.error = str(error)
+            self.status.value = f"<pre>{html.escape(type(error).__name__ + ': ' + str(error))}</pre>"
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return self.box._repr_mimebundle_(include=include, exclude=exclude)
