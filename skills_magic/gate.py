@@ -9,14 +9,24 @@ answer is deny, and the message says which rule would pre-approve the run.
 from __future__ import annotations
 
 import datetime
+import glob
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from skills_magic import execute
 from skills_magic.disclosure import INLINE_SHELL
-from skills_magic.execute import DEFAULT_TIMEOUT_SECONDS, ScriptError, ScriptRun, clean_environment, resolve_script, run_command, run_script
-from skills_magic.manifest import Manifest, ManifestMismatch, digest
+from skills_magic.execute import (
+    ScriptError,
+    ScriptRun,
+    clean_environment,
+    resolve_script,
+    run_command,
+    run_script,
+)
+from skills_magic.manifest import SKIPPED, Manifest, ManifestMismatch, digest
 from skills_magic.policy import Policy, Rule, pre_approval_hint
 from skills_magic.skill import Skill
 
@@ -78,11 +88,11 @@ def _now() -> str:
 
 class Gate:
     def __init__(self, policy: Policy, manifest: Manifest, audit: Callable[[dict[str, Any]], None],
-                 timeout: float = DEFAULT_TIMEOUT_SECONDS):
+                 timeout: float | None = None):
         self.policy = policy
         self.manifest = manifest
         self.audit = audit
-        self.timeout = timeout
+        self.timeout = timeout if timeout is not None else execute.DEFAULT_TIMEOUT_SECONDS
 
     def _decide(self, request: PermissionRequest, asker: Asker, requested_by: str) -> tuple[bool, str]:
         decision = self.policy.decide(request.skill, request.path)
@@ -100,8 +110,8 @@ class Gate:
                 return False, ("nobody can answer a permission prompt here (the kernel does not accept input); "
                                f"to pre-approve: {pre_approval_hint(request.skill, request.path)}")
             raise
-        if answer == "always":
-            self.policy.add(Rule("allow", request.skill, request.path, "asked: always"))
+        if answer == "always":  # this path exactly: escaped, so `run[1].py` does not become a pattern
+            self.policy.add(Rule("allow", request.skill, glob.escape(request.path), "asked: always"))
             return True, "the user: always for this skill and path"
         if answer == "once":
             return True, "the user: once"
@@ -115,6 +125,11 @@ class Gate:
         """Check, decide, run and record one script of a skill."""
         try:
             target = resolve_script(skill.folder, path)
+            # rules, prompts and the audit see the file that will really run, not the spelling that was asked for
+            path = os.path.relpath(target, os.path.realpath(skill.folder)).replace(os.sep, "/")
+            if any(part in SKIPPED for part in path.split("/")) or path.endswith(".pyc"):
+                raise ScriptError(f"{path!r} is in a folder skills.lock does not pin ({', '.join(sorted(SKIPPED))}, *.pyc); "
+                                  "it is not run")
             script_digest = digest(target)
         except (ScriptError, OSError) as error:
             message = str(error) if isinstance(error, ScriptError) else f"{path!r} cannot be read"

@@ -91,8 +91,14 @@ class Manifest:
             except yaml.YAMLError as error:
                 raise ManifestMismatch(f"{os.path.basename(self.path)} cannot be read: {error}") from None
         skills = data.get("skills") if isinstance(data, dict) else None
+        name = os.path.basename(self.path)
         if not isinstance(skills, dict):
-            raise ManifestMismatch(f"{os.path.basename(self.path)} has no `skills` mapping")
+            raise ManifestMismatch(f"{name} has no `skills` mapping")
+        for skill, entry in skills.items():
+            files = entry.get("files") if isinstance(entry, dict) else None
+            if not isinstance(files, dict) or not all(isinstance(i, dict) and isinstance(i.get("sha256"), str) for i in files.values()):
+                raise ManifestMismatch(f"{name}: the entry of {skill!r} is not a reviewed file list (files with sha256); "
+                                       f"review it again with %skills review {skill}")
         return skills
 
     def entry(self, skill: str) -> dict[str, Any] | None:

@@ -97,8 +97,14 @@ class Policy:
         return Decision("ask")
 
     def granted_env(self, skill: str, path: str) -> tuple[str, ...]:
-        decision = self.decide(skill, path)
-        return decision.rule.env if decision.verdict == "allow" and decision.rule else ()
+        """Variables every matching allow rule grants (none when a deny rule matches)."""
+        if self.decide(skill, path).verdict != "allow":
+            return ()
+        granted: list[str] = []
+        for rule in self.rules:
+            if rule.kind == "allow" and rule.matches(skill, path):
+                granted += [name for name in rule.env if name not in granted]
+        return tuple(granted)
 
     def load_file(self, path: str) -> None:
         """Rules from a project's `skills-policy.yaml`: `allow:` and `deny:` lists of `SKILL:PATH` strings, or of
@@ -120,6 +126,10 @@ class Policy:
         for kind in ("deny", "allow"):
             for entry in data.get(kind) or []:
                 text, env = (entry.get("rule"), entry.get("env") or []) if isinstance(entry, dict) else (entry, [])
+                env = [env] if isinstance(env, str) else env
+                if not isinstance(env, list):
+                    self.problems.append(f"{origin}: `env` of {text!r} must be a list of variable names")
+                    continue
                 try:
                     self.add(parse_rule(kind, text, origin, [str(v) for v in env], user_typed=False))
                 except RuleError as error:
