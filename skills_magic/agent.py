@@ -82,6 +82,7 @@ class RunResult:
     error: str | None = None
     interrupted: bool = False
     system: str = ""
+    ledger_entries: list[Any] = field(default_factory=list)  # entries the model wrote through the experiment tool
 
     @property
     def ok(self) -> bool:
@@ -89,6 +90,35 @@ class RunResult:
 
 
 ScriptRunner = Callable[[Skill, str, Sequence[str], str], tuple[str, bool, TraceEvent]]
+LedgerTool = Callable[[dict[str, Any]], tuple[str, Any]]  # input -> (text for the model, the entry or None); raises on error
+
+EXPERIMENT_ACTIONS = ("hypothesis", "prediction", "verdict", "observation", "conclusion", "skip", "list")
+
+
+def experiment_tool(plan: str) -> dict[str, Any]:
+    return {
+        "name": "experiment",
+        "description": (
+            f"The experiment ledger of plan {plan}: append-only. Record a hypothesis; a prediction (text, the exact "
+            "check that would falsify it, and its hypothesis id); an observation; a verdict on a prediction "
+            "(confirmed / refuted need evidence; one verdict per prediction); a skip (a prediction dropped, with a "
+            "reason); a conclusion; or list the entries and open predictions."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": list(EXPERIMENT_ACTIONS)},
+                "text": {"type": "string"},
+                "falsified_by": {"type": "string", "description": "the exact check that would refute the prediction"},
+                "hypothesis": {"type": "string", "description": "a hypothesis id such as H1"},
+                "prediction": {"type": "string", "description": "a prediction id such as P1"},
+                "outcome": {"type": "string", "enum": ["confirmed", "refuted", "inconclusive"]},
+                "evidence": {"type": "string"},
+                "reason": {"type": "string"},
+            },
+            "required": ["action"],
+        },
+    }
 
 
 def tool_definitions(names: Sequence[str]) -> list[dict[str, Any]]:
@@ -146,7 +176,8 @@ class Agent:
     def __init__(self, skills: Sequence[Skill], model: ModelClient, model_id: str, *,
                  show_path: Callable[[str], str], session_id: str = "", budget: int | None = DEFAULT_BUDGET_CHARS,
                  max_turns: int = DEFAULT_MAX_TURNS, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 run_script: ScriptRunner | None = None, expand_inline: Callable[[Skill, str], str] = deny_inline):
+                 run_script: ScriptRunner | None = None, expand_inline: Callable[[Skill, str], str] = deny_inline,
+                 ledger: tuple[str, LedgerTool] | None = None):
         self.all_skills = {s.name: s for s in skills}
         visible = [s for s in skills if s.model_visible]
         self.listing, self.catalog = xml_listing(visible, budget)
@@ -161,6 +192,9 @@ class Agent:
         self.expand_inline = expand_inline
         self.system = f"{SYSTEM_INSTRUCTIONS}\n\n{self.catalog}"
         self.tools = tool_definitions(list(self.visible))
+        self.ledger = ledger
+        if ledger is not None:
+            self.tools.append(experiment_tool(ledger[0]))
         placeholders = getattr(model, "placeholders", None)
         if isinstance(placeholders, dict) and session_id:
             placeholders[session_id] = "${CLAUDE_SESSION_ID}"
@@ -212,6 +246,13 @@ class Agent:
                 result.trace.append(event)
                 if failed:
                     raise ToolInputError(content)
+            elif name == "experiment" and self.ledger is not None:
+                try:
+                    content, entry = self.ledger[1](data)
+                except Exception as error:  # the ledger's named errors go back to the model, which can correct them
+                    raise ToolInputError(str(error)) from None
+                if entry is not None:
+                    result.ledger_entries.append(entry)
             else:
                 raise ToolInputError(f"there is no tool named {name!r}")
         except ToolInputError as error:

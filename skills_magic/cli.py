@@ -3,6 +3,8 @@
   skills-magic validate PATH...           exit 0 all valid, 1 something invalid, 2 usage error
   skills-magic to-prompt PATH...          <available_skills> XML (validated first; same bytes as skills-ref)
   skills-magic list PATH... [--json]      the grouped listing of the skills found under the paths
+  skills-magic ledger check [--db FILE] [--plan SLUG] | NOTEBOOK.ipynb    exit 1 while a prediction is open
+  skills-magic ledger export [--db FILE] [--plan SLUG] [--format jsonl|md]
   skills-magic run-notebook NOTEBOOK      execute a notebook headless and print its outputs (--inplace: save them)
 """
 
@@ -29,6 +31,16 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("paths", nargs="+")
     listing.add_argument("--json", action="store_true")
     listing.add_argument("--budget", type=int, default=0, help="character budget (0: no budget)")
+    ledger = sub.add_parser("ledger", help="check or export the experiment ledger")
+    ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
+    check = ledger_sub.add_parser("check", help="exit 1 while a prediction is open (from the database or a notebook)")
+    check.add_argument("notebook", nargs="?", help="an executed .ipynb: rebuild the ledger from its outputs")
+    check.add_argument("--db", help="the SQLite file (default .skills/skills.sqlite or SKILLS_MAGIC_DB)")
+    check.add_argument("--plan", help="only this plan (SLUG or sci.SLUG)")
+    export = ledger_sub.add_parser("export", help="write every entry to stdout")
+    export.add_argument("--db")
+    export.add_argument("--plan")
+    export.add_argument("--format", choices=["jsonl", "md"], default="jsonl")
     run = sub.add_parser("run-notebook", help="execute a notebook headless and print its text outputs")
     run.add_argument("notebook")
     run.add_argument("--timeout", type=int, default=600)
@@ -133,7 +145,86 @@ def _run_notebook(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"validate": _validate, "to-prompt": _to_prompt, "list": _list, "run-notebook": _run_notebook}
+LEDGER_MIME = "application/vnd.skills-magic.ledger+json"
+RUN_MIME = "application/vnd.skills-magic.run+json"
+
+
+def _ledger_database(path: str | None):
+    from skills_magic.db import Database, resolve_path
+
+    path = path or resolve_path(os.getcwd())
+    if not os.path.isfile(path):
+        raise FileNotFoundError(path)
+    return Database(path)
+
+
+def _notebook_entries(path: str) -> list[dict]:
+    import json as json_module
+
+    with open(path, encoding="utf-8") as handle:
+        notebook = json_module.load(handle)
+    found = []
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            ledger = data.get(LEDGER_MIME)
+            if isinstance(ledger, dict):
+                found += [dict(e, plan=e.get("plan") or ledger.get("plan")) for e in ledger.get("entries", [])]
+            run = data.get(RUN_MIME)  # entries a model wrote through the experiment tool during a run
+            if isinstance(run, dict):
+                found += [e for e in run.get("ledger_entries", []) if isinstance(e, dict)]
+    return found
+
+
+def _ledger(args) -> int:
+    from skills_magic.ledger import Ledger, LedgerError, gate_message, open_from_entries, plan_name
+
+    try:
+        plan = plan_name(args.plan) if args.plan else None
+        if args.ledger_command == "check" and args.notebook:
+            plans = open_from_entries(_notebook_entries(args.notebook))
+            source = args.notebook
+        else:
+            ledger = Ledger(_ledger_database(args.db))
+            if args.ledger_command == "export":
+                return _export(ledger, plan, args.format)
+            plans = {p: ledger.state(p, limit=0).open for p in ledger.plans()}
+            source = ledger.database.path
+    except FileNotFoundError as error:
+        print(f"skills-magic: no ledger at {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except LedgerError as error:
+        print(f"skills-magic: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if plan is not None:
+        plans = {plan: plans.get(plan, [])} if plan in plans else {}
+        if not plans:
+            print(f"skills-magic: {source} has no plan {plan}", file=sys.stderr)
+            return EXIT_USAGE
+    failing = {p: open_ for p, open_ in plans.items() if open_}
+    for p, open_ in sorted(plans.items()):
+        print(gate_message(p, open_) if open_ else f"{p}: 0 open predictions")
+    if not plans:
+        print(f"{source}: no ledger entries")
+    return EXIT_INVALID if failing else EXIT_OK
+
+
+def _export(ledger, plan: str | None, fmt: str) -> int:
+    entries = list(ledger.entries(plan))
+    if fmt == "jsonl":
+        for e in entries:
+            print(json.dumps({**e.to_dict(), "at": e.at}, ensure_ascii=False, sort_keys=True))
+        return EXIT_OK
+    current = None
+    for e in entries:
+        if e.plan != current:
+            current = e.plan
+            print(f"\n## {current}\n" if current != entries[0].plan else f"## {current}\n")
+        print(f"- **{e.label}** ({e.kind}) {e.summary()[len(e.label) + 1:]}")
+    return EXIT_OK
+
+
+COMMANDS = {"validate": _validate, "to-prompt": _to_prompt, "list": _list, "ledger": _ledger, "run-notebook": _run_notebook}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # argparse prints its usage message; 2 is the usage exit code
         return int(stop.code or 0)
-    paths = getattr(args, "paths", None) or ([args.notebook] if args.command == "run-notebook" else [])
+    paths = getattr(args, "paths", None) or ([args.notebook] if getattr(args, "notebook", None) else [])
     missing = _missing(paths)
     if missing:
         for p in missing:

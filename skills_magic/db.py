@@ -52,6 +52,42 @@ def m001_audit(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m002_ledger(db: sqlite3.Connection) -> None:
+    run_statements(
+        db,
+        """
+        CREATE TABLE ledger_entries (
+            id INTEGER PRIMARY KEY,
+            plan TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('hypothesis', 'prediction', 'verdict', 'observation', 'conclusion', 'skip')),
+            number INTEGER NOT NULL,
+            label TEXT NOT NULL,
+            text TEXT NOT NULL CHECK (length(trim(text)) > 0),
+            hypothesis_id INTEGER REFERENCES ledger_entries(id),
+            prediction_id INTEGER REFERENCES ledger_entries(id),
+            falsified_by TEXT,
+            outcome TEXT CHECK (outcome IS NULL OR outcome IN ('confirmed', 'refuted', 'inconclusive')),
+            evidence TEXT,
+            at TEXT NOT NULL,
+            session TEXT,
+            UNIQUE (plan, label),
+            CHECK (kind != 'prediction' OR (hypothesis_id IS NOT NULL AND length(trim(falsified_by)) > 0)),
+            CHECK (kind NOT IN ('verdict', 'skip') OR prediction_id IS NOT NULL),
+            CHECK (kind != 'verdict' OR outcome IS NOT NULL),
+            CHECK (kind != 'verdict' OR outcome = 'inconclusive' OR length(trim(evidence)) > 0)
+        );
+        CREATE INDEX ledger_plan_kind ON ledger_entries(plan, kind, number);
+        CREATE INDEX ledger_prediction ON ledger_entries(prediction_id, kind);
+        CREATE UNIQUE INDEX ledger_one_judgement ON ledger_entries(prediction_id) WHERE kind IN ('verdict', 'skip');
+        CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger_entries
+            BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+        CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger_entries
+            BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+        """,
+    )
+
+
 def resolve_path(folder: str, environ=None) -> str:
     environ = os.environ if environ is None else environ
     return os.path.join(folder, os.path.expanduser(environ.get(PATH_VARIABLE) or DEFAULT_PATH))

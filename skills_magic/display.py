@@ -271,9 +271,9 @@ def trace_rows(trace) -> list[tuple[str, ...]]:
     ]
 
 
-def _table_text(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def _table_text(columns: Sequence[str], rows: Sequence[Sequence[str]], numeric: frozenset[int] = frozenset({2, 3, 4, 5, 6})) -> str:
     widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
-    numeric = {2, 3, 4, 5, 6}
+
     def line(cells):
         return "  ".join(str(c).rjust(w) if i in numeric else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
     return "\n".join([line(columns), *(line(r) for r in rows)])
@@ -340,6 +340,8 @@ class RunView(View):
         parts = [self.result.final_text.rstrip() or "(no answer)"]
         if self.result.tool_calls:
             parts.append("tool calls:\n" + "\n".join(f"  {line}" for line in self._calls()))
+        if self.result.ledger_entries:
+            parts.append("ledger entries written by the model:\n" + "\n".join(f"  {e.plan} {e.summary()}" for e in self.result.ledger_entries))
         parts.append(self._status())
         if self.result.client != "none":
             parts.append(self._usage())
@@ -354,6 +356,9 @@ class RunView(View):
         return (
             f"<div class='skills-magic-run'>{answer}"
             + (f"<details><summary>tool calls ({len(self.result.tool_calls)})</summary><ul>{calls}</ul></details>" if calls else "")
+            + (f"<details open><summary>ledger entries ({len(self.result.ledger_entries)})</summary>"
+               + _table_html(LEDGER_COLUMNS, [_ledger_row(e) for e in self.result.ledger_entries]) + "</details>"
+               if self.result.ledger_entries else "")
             + f"<p><code>{_e(self._status())}</code>"
             + (f"<br><code>{_e(self._usage())}</code>" if self.result.client != "none" else "") + "</p>"
             + f"<details open><summary>load trace</summary>{TraceView(self.result).html()}</details></div>"
@@ -375,6 +380,7 @@ class RunView(View):
                             "error": c.error} for c in r.tool_calls],
             "usage": dict(r.usage),
             "trace": [e.to_dict() for e in r.trace],
+            "ledger_entries": [e.to_dict() for e in r.ledger_entries],
         }
 
     def metadata(self) -> dict[str, Any]:
@@ -479,3 +485,76 @@ class AuditView(View):
 
     def metadata(self) -> dict[str, Any]:
         return {"at": [r["at"] for r in self.rows], "seconds": [r["seconds"] for r in self.rows]}
+
+
+LEDGER_COLUMNS = ("id", "kind", "text", "links")
+
+
+def _ledger_row(e) -> tuple[str, str, str, str]:
+    row = _ledger_cells(e)
+    return tuple(" ".join(cell.split()) for cell in row)  # one line per entry in a table; the data keeps the text
+
+
+def _ledger_cells(e) -> tuple[str, str, str, str]:
+    if e.kind == "prediction":
+        return e.label, e.kind, e.text, f"{e.hypothesis}; falsified by: {e.falsified_by}"
+    if e.kind == "verdict":
+        return e.label, e.kind, e.outcome or "", f"{e.prediction}" + (f"; evidence: {e.evidence}" if e.evidence else "")
+    if e.kind == "skip":
+        return e.label, e.kind, e.text, e.prediction or ""
+    return e.label, e.kind, e.text, e.prediction or ""
+
+
+class LedgerEntryView(View):
+    """One ledger entry as a cell output: the executed notebook itself carries the record."""
+
+    kind = "ledger"
+
+    def __init__(self, entry, database_path: str):
+        self.entry, self.database_path = entry, database_path
+
+    def text(self) -> str:
+        return f"{self.entry.plan} {self.entry.summary()}"
+
+    def html(self) -> str:
+        return f"<div class='skills-magic-ledger'><code>{_e(self.entry.plan)}</code> {_table_html(LEDGER_COLUMNS, [_ledger_row(self.entry)])}</div>"
+
+    def data(self) -> dict[str, Any]:
+        return {"entries": [self.entry.to_dict()]}
+
+    def metadata(self) -> dict[str, Any]:
+        return {"at": [self.entry.at], "database": self.database_path}
+
+
+class LedgerStateView(View):
+    """`%ledger list` / `%ledger gate`: the entries as a table with the open-prediction count."""
+
+    kind = "ledger"
+
+    def __init__(self, state, database_path: str):
+        self.state, self.database_path = state, database_path
+
+    def _rows(self):
+        return [_ledger_row(e) for e in self.state.entries]
+
+    def text(self) -> str:
+        lines = [self.state.headline]
+        if len(self.state.entries) < self.state.total and self.state.entries:
+            lines.append(f"(the newest {len(self.state.entries)} of {self.state.total} entries)")
+        if self.state.entries:
+            lines.append(_table_text(LEDGER_COLUMNS, self._rows(), numeric=frozenset()))
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        return f"<p><b>{_e(self.state.headline)}</b></p>" + (_table_html(LEDGER_COLUMNS, self._rows()) if self.state.entries else "")
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "plan": self.state.plan,
+            "total": self.state.total,
+            "open": [p.label for p in self.state.open],
+            "entries": [e.to_dict() for e in self.state.entries],
+        }
+
+    def metadata(self) -> dict[str, Any]:
+        return {"at": [e.at for e in self.state.entries], "database": self.database_path}

@@ -158,6 +158,24 @@ class Gate:
                      detail="timed out" if run.timed_out else ("output cut" if run.truncated else None))
         return Outcome(True, decided_by, run=run)
 
+    def run_check(self, owner: str, command: str, folder: str, asker: Asker, timeout: float | None = None) -> Outcome:
+        """A shell command that is not part of a skill (a ledger prediction's falsifying check): decided for the
+        pseudo-skill `owner` and subject `!command` (so `%skills allow ledger:!pytest *` pre-approves it)."""
+        subject = f"!{command}"
+        request = PermissionRequest(owner, subject, None, (), 0, None)
+        allowed, decided_by = self._decide(request, asker, "model")
+        self._record("decision", owner, subject, decision="allow" if allowed else "deny", decided_by=decided_by)
+        if not allowed:
+            return Outcome(False, decided_by, error=f"denied: {decided_by}")
+        try:
+            run = run_command(["bash", "-c", command], folder, subject, (), "", timeout or self.timeout,
+                              clean_environment(granted=self.policy.granted_env(owner, subject)), "-")
+        except ScriptError as error:
+            return Outcome(True, decided_by, error=str(error))
+        self._record("run", owner, subject, exit_code=run.exit_code, seconds=round(run.seconds, 6),
+                     detail="timed out" if run.timed_out else None)
+        return Outcome(True, decided_by, run=run)
+
     def expand_inline(self, skill: Skill, body: str, asker: Asker) -> str:
         """Run each !`command` of an activated body through the policy; a denied one becomes a visible marker."""
 

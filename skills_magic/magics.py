@@ -8,7 +8,7 @@ import shlex
 import time
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from traitlets import List, Unicode
 
 from skills_magic import display
@@ -67,7 +67,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.add_parser("trace", add_help=False)
     for kind in ("allow", "deny"):
         rule = sub.add_parser(kind, add_help=False)
-        rule.add_argument("rule", help="SKILL:PATH-PATTERN, e.g. source-verification:scripts/*")
+        rule.add_argument("rule", nargs="+", help="SKILL:PATH-PATTERN, e.g. source-verification:scripts/* (spaces allowed)")
         if kind == "allow":
             rule.add_argument("--env", action="append", default=[], help="a secret-looking variable the script may see")
     sub.add_parser("policy", add_help=False)
@@ -76,6 +76,46 @@ def _build_parser() -> argparse.ArgumentParser:
     review.add_argument("--yes", action="store_true", help="accept the bytes shown without a prompt")
     audit = sub.add_parser("audit", add_help=False)
     audit.add_argument("--all", action="store_true", help="every session's records, not only this one's")
+    return parser
+
+
+LEDGER_USAGE = ("usage: %ledger use SLUG | hypothesis TEXT | prediction TEXT --falsified-by CHECK --hypothesis H | "
+                "verdict P confirmed|refuted|inconclusive [--evidence TEXT] | observation TEXT [--prediction P] | "
+                "conclusion TEXT | skip P --reason TEXT | list | gate | test P | model on|off (`%ledger?` for details)")
+
+
+class _LedgerParser(_Parser):
+    def error(self, message):
+        raise UsageError(f"{message}; {LEDGER_USAGE}")
+
+    def exit(self, status=0, message=None):
+        raise UsageError(LEDGER_USAGE)
+
+
+def _build_ledger_parser() -> argparse.ArgumentParser:
+    parser = _LedgerParser(prog="ledger", add_help=False)
+    sub = parser.add_subparsers(dest="action", parser_class=_LedgerParser)
+    sub.add_parser("use", add_help=False).add_argument("slug")
+    for action in ("hypothesis", "conclusion"):
+        sub.add_parser(action, add_help=False).add_argument("text", nargs="*")
+    prediction = sub.add_parser("prediction", add_help=False)
+    prediction.add_argument("text", nargs="*")
+    prediction.add_argument("--falsified-by", required=True)
+    prediction.add_argument("--hypothesis", required=True)
+    verdict = sub.add_parser("verdict", add_help=False)
+    verdict.add_argument("prediction")
+    verdict.add_argument("outcome")
+    verdict.add_argument("--evidence")
+    observation = sub.add_parser("observation", add_help=False)
+    observation.add_argument("text", nargs="*")
+    observation.add_argument("--prediction")
+    skip = sub.add_parser("skip", add_help=False)
+    skip.add_argument("prediction")
+    skip.add_argument("--reason", required=True)
+    for action in ("list", "gate"):
+        sub.add_parser(action, add_help=False).add_argument("--plan")
+    sub.add_parser("test", add_help=False).add_argument("prediction")
+    sub.add_parser("model", add_help=False).add_argument("switch", choices=["on", "off"])
     return parser
 
 
@@ -130,6 +170,7 @@ class SkillsMagics(Magics):
         self.session.asker = self._ask
         self.parser = _build_parser()
         self.run_parser = _build_run_parser()
+        self.ledger_parser = _build_ledger_parser()
 
     @line_magic
     def skills(self, line: str):
@@ -207,11 +248,11 @@ class SkillsMagics(Magics):
         return {"o": "once", "once": "once", "a": "always", "always": "always"}.get(answer.strip().lower(), "deny")
 
     def _allow(self, args):
-        self.session.add_rule("allow", args.rule, args.env)
+        self.session.add_rule("allow", " ".join(args.rule), args.env)
         return self._policy(args)
 
     def _deny(self, args):
-        self.session.add_rule("deny", args.rule)
+        self.session.add_rule("deny", " ".join(args.rule))
         return self._policy(args)
 
     def _policy(self, args):
@@ -255,6 +296,71 @@ class SkillsMagics(Magics):
         if self.session.last_run is None:
             raise UsageError("no run yet: `%%skill run` first")
         return display.TraceView(self.session.last_run)
+
+    @line_cell_magic
+    def ledger(self, line: str, cell: str | None = None):
+        """The experiment ledger of a plan: hypotheses, predictions with their falsifying checks, verdicts.
+
+        %ledger use SLUG                                        pick the plan sci.SLUG
+        %ledger hypothesis TEXT
+        %ledger prediction TEXT --falsified-by CHECK --hypothesis H1
+        %ledger verdict P1 confirmed|refuted|inconclusive --evidence TEXT   (evidence required unless inconclusive)
+        %ledger observation TEXT [--prediction P1]
+        %ledger conclusion TEXT
+        %ledger skip P1 --reason TEXT                           a prediction deliberately dropped
+        %ledger list [--plan SLUG]                              the entries and the number of open predictions
+        %ledger gate [--plan SLUG]                              fails while any prediction is open
+        %ledger test P1                                         run P1's falsifying check (permission policy), record it
+        %ledger model on|off                                    offer the ledger to the model as a tool in runs
+        As a cell magic (%%ledger ACTION ...), the cell body is the TEXT.
+        """
+        try:
+            argv = shlex.split(line)
+        except ValueError as error:
+            raise UsageError(f"{error}; {LEDGER_USAGE}") from None
+        if not argv:
+            raise UsageError(LEDGER_USAGE)
+        args = self.ledger_parser.parse_args(argv)
+        if cell is not None and hasattr(args, "text"):
+            args.text = [cell.strip()]
+        session, ledger = self.session, self.session.ledger
+        try:
+            action = args.action
+            if action == "use":
+                session.use_plan(args.slug)
+                return display.LedgerStateView(ledger.state(session.plan), self._db_path())
+            if action == "model":
+                session.ledger_for_model = args.switch == "on"
+                return display.ModelView("ledger tool", "on" if session.ledger_for_model else "off",
+                                         f"plan {session.plan or '(none chosen)'}")
+            if action in ("list", "gate"):
+                plan = args.plan or session.current_plan()
+                state = ledger.gate(plan) if action == "gate" else ledger.state(plan)
+                return display.LedgerStateView(state, self._db_path())
+            plan = session.current_plan()
+            text = " ".join(getattr(args, "text", []) or [])
+            if action == "hypothesis":
+                entry = ledger.hypothesis(plan, text)
+            elif action == "prediction":
+                entry = ledger.prediction(plan, text, args.falsified_by, args.hypothesis)
+            elif action == "verdict":
+                entry = ledger.verdict(plan, args.prediction, args.outcome, args.evidence)
+            elif action == "observation":
+                entry = ledger.observation(plan, text, args.prediction)
+            elif action == "conclusion":
+                entry = ledger.conclusion(plan, text)
+            elif action == "skip":
+                entry = ledger.skip(plan, args.prediction, args.reason)
+            else:  # test
+                outcome, entry = session.test_prediction(args.prediction)
+                if entry is None:
+                    raise UsageError(f"{outcome.error}; nothing was recorded")
+            return display.LedgerEntryView(entry, self._db_path())
+        except (SkillsMagicError, ValueError) as error:
+            raise UsageError(str(error)) from None
+
+    def _db_path(self) -> str:
+        return os.path.relpath(self.session.database.path, self.session.cwd)
 
     @cell_magic
     def skill(self, line: str, cell: str):
@@ -341,3 +447,5 @@ def unregister(ipython) -> None:
         ipython.magics_manager.registry.pop("SkillsMagics", None)
         ipython.magics_manager.magics["line"].pop("skills", None)
         ipython.magics_manager.magics["cell"].pop("skill", None)
+        ipython.magics_manager.magics["line"].pop("ledger", None)
+        ipython.magics_manager.magics["cell"].pop("ledger", None)

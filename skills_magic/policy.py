@@ -10,7 +10,10 @@ shown as a request and never taken as a grant.
 from __future__ import annotations
 
 import fnmatch
+import glob
 import os
+import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -144,4 +147,8 @@ class Policy:
 
 
 def pre_approval_hint(skill: str, path: str) -> str:
-    return f"%skills allow {skill}:{path}"
+    """The command that pre-approves exactly this path, quoted so that it can be pasted as is."""
+    rule = f"{skill}:{glob.escape(path)}"
+    if re.fullmatch(r"[\w.:/*?\[\]!-]+", rule):
+        return f"%skills allow {rule}"
+    return f'%skills allow "{rule}"' if '"' not in rule and "\\" not in rule else f"%skills allow {shlex.quote(rule)}"

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from skills_magic.agent import RunResult
     from skills_magic.models.base import ModelClient
 
+LEDGER_METADATA_KEY = "experiment-ledger"  # a skill with `metadata: {experiment-ledger: "true"}` gets the ledger tool
+LEDGER_OUTPUT_CHARS = 4000  # a check's output kept in its observation; the rest is cut (and says so)
 MAX_PARENT_HOPS = 3  # shown paths may climb this many folders from the cwd before we fall back to ~ or absolute
 
 
@@ -70,6 +72,8 @@ class SkillsSession:
         self.manifest = Manifest(lock_path(self.cwd))
         self.asker = unattended  # front ends that can ask a person replace this
         self._database = None
+        self.plan: str | None = None  # the ledger plan `%ledger use` picked
+        self.ledger_for_model = False  # offer the `experiment` tool in runs (`%ledger model on`)
         self.budget: int | None = DEFAULT_BUDGET_CHARS
         self.session_id = uuid.uuid4().hex  # ${CLAUDE_SESSION_ID} in skill bodies
         self.model_client: ModelClient | None = None  # chosen with `%skills model`; None: decided at run time
@@ -219,6 +223,70 @@ class SkillsSession:
         rows = self.database.connect().execute(query, () if everything else (self.session_id,)).fetchall()
         return [dict(r) for r in rows]
 
+    @property
+    def ledger(self):
+        from skills_magic.ledger import Ledger
+
+        return Ledger(self.database, self.session_id)
+
+    def use_plan(self, slug: str) -> str:
+        from skills_magic.ledger import plan_name
+
+        self.plan = plan_name(slug)
+        return self.plan
+
+    def current_plan(self) -> str:
+        from skills_magic.ledger import NoPlan
+
+        if self.plan is None:
+            raise NoPlan("no plan chosen: %ledger use SLUG (the plan is sci.SLUG)")
+        return self.plan
+
+    def test_prediction(self, label: str, asker=None):
+        """Run a prediction's falsifying check through the permission gate and record what happened as an
+        observation linked to it. Never writes the verdict."""
+        plan = self.current_plan()
+        prediction = self.ledger.prediction_entry(plan, label)
+        outcome = self.gate().run_check("ledger", prediction.falsified_by, self.cwd, asker or self.asker)
+        if outcome.run is None:
+            return outcome, None
+        run = outcome.run
+        status = "timed out" if run.timed_out else f"exit code {run.exit_code}"
+        output = (run.stdout + (("\n" + run.stderr) if run.stderr.strip() else "")).strip()
+        if len(output) > LEDGER_OUTPUT_CHARS:
+            output = output[:LEDGER_OUTPUT_CHARS] + f"\n[output cut at {LEDGER_OUTPUT_CHARS} characters]"
+        text = f"ran the falsifying check `{prediction.falsified_by}`: {status}" + (f"\n{output}" if output else "")
+        return outcome, self.ledger.observation(plan, text, prediction.label)
+
+    def _ledger_tool(self, skill: Skill | None):
+        """The `experiment` tool, when `%ledger model on` or the explicitly run skill asks for it in its metadata."""
+        asked = skill is not None and skill.frontmatter.metadata.get(LEDGER_METADATA_KEY, "").lower() == "true"
+        if not (self.ledger_for_model or asked):
+            return None
+        plan = self.current_plan()
+        ledger = self.ledger
+
+        def call(data: dict[str, Any]):
+            action = data.get("action")
+            if action == "list":
+                state = ledger.state(plan)
+                lines = [state.headline] + [e.summary() for e in state.entries]
+                return "\n".join(lines), None
+            actions = {
+                "hypothesis": lambda: ledger.hypothesis(plan, data.get("text")),
+                "prediction": lambda: ledger.prediction(plan, data.get("text"), data.get("falsified_by"), data.get("hypothesis")),
+                "verdict": lambda: ledger.verdict(plan, str(data.get("prediction", "")), str(data.get("outcome", "")), data.get("evidence")),
+                "observation": lambda: ledger.observation(plan, data.get("text"), data.get("prediction")),
+                "conclusion": lambda: ledger.conclusion(plan, data.get("text")),
+                "skip": lambda: ledger.skip(plan, str(data.get("prediction", "")), data.get("reason")),
+            }
+            if action not in actions:
+                raise ValueError(f"`action` must be one of {', '.join([*actions, 'list'])}")
+            entry = actions[action]()
+            return f"recorded {entry.plan} {entry.summary()}", entry
+
+        return plan, call
+
     def gate(self):
         from skills_magic.gate import Gate
 
@@ -280,9 +348,11 @@ class SkillsSession:
 
             client = RecordingModel(client, os.path.join(self.cwd, record))
         run_script, expand_inline = self._script_runner(asker or self.asker)
+        ledger = self._ledger_tool(chosen)
         agent = Agent(self.scan().skills, client, self.resolve_model_id(client, model, chosen),
                       show_path=self.show_path, session_id=self.session_id, budget=self.budget,
-                      max_turns=max_turns or DEFAULT_MAX_TURNS, run_script=run_script, expand_inline=expand_inline)
+                      max_turns=max_turns or DEFAULT_MAX_TURNS, run_script=run_script, expand_inline=expand_inline,
+                      ledger=ledger)
         started = time.perf_counter()
         try:
             result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event)
