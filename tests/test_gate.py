@@ -587,7 +587,7 @@ def test_an_inline_command_without_a_rule_is_a_visible_denial_and_does_not_run(p
     session = new_session(place)
     text = activation(session)
     assert f"Today: [denied: !`touch {marker}`: nobody can answer" in text
-    assert f"%skills allow x:!touch {marker}" in text
+    assert f'%skills allow "x:!touch {marker}"' in text  # quoted: the rule has a space
     assert "Then continue." in text
     assert not marker.exists()
     decision, = [r for r in session.audit() if r["event"] == "decision"]
