@@ -188,7 +188,7 @@ def _ledger(args) -> int:
             ledger = Ledger(_ledger_database(args.db))
             if args.ledger_command == "export":
                 return _export(ledger, plan, args.format)
-            plans = {p: ledger.state(p, limit=0).open for p in ledger.plans()}
+            plans = {p: ledger.state(p, limit=0, all_open=True).open for p in ledger.plans()}
             source = ledger.database.path
     except FileNotFoundError as error:
         print(f"skills-magic: no ledger at {error}", file=sys.stderr)

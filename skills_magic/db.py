@@ -78,6 +78,7 @@ def m002_ledger(db: sqlite3.Connection) -> None:
             CHECK (kind != 'verdict' OR outcome = 'inconclusive' OR length(trim(evidence)) > 0)
         );
         CREATE INDEX ledger_plan_kind ON ledger_entries(plan, kind, number);
+        CREATE INDEX ledger_plan_order ON ledger_entries(plan, id);
         CREATE INDEX ledger_prediction ON ledger_entries(prediction_id, kind);
         CREATE UNIQUE INDEX ledger_one_judgement ON ledger_entries(prediction_id) WHERE kind IN ('verdict', 'skip');
         CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger_entries
@@ -109,6 +110,7 @@ class Database:
             connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")  # WAL: commits survive a crashed process; no fsync each
             connection.execute("PRAGMA foreign_keys=ON")
             connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             self._local.connection = connection

@@ -552,7 +552,7 @@ class LedgerStateView(View):
         return {
             "plan": self.state.plan,
             "total": self.state.total,
-            "open": [p.label for p in self.state.open],
+            "open": self.state.open_count,
             "entries": [e.to_dict() for e in self.state.entries],
         }
 

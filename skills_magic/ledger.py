@@ -113,16 +113,18 @@ class Entry:
 
 @dataclass
 class PlanState:
-    """A plan's entries (newest LIST_LIMIT), its total, and its open predictions."""
+    """A plan's entries (the newest `limit`), its total, and its open predictions (all of them when asked by the
+    gate; the oldest `limit` for a listing, with `open_count` always exact)."""
 
     plan: str
     entries: list[Entry]
     total: int
     open: list[Entry] = field(default_factory=list)
+    open_count: int = 0
 
     @property
     def headline(self) -> str:
-        return f"{self.plan}: {self.total} entries, {len(self.open)} open predictions"
+        return f"{self.plan}: {self.total} entries, {self.open_count} open predictions"
 
 
 def _now() -> str:
@@ -144,6 +146,10 @@ _SELECT = """
     LEFT JOIN ledger_entries h ON h.id = e.hypothesis_id
     LEFT JOIN ledger_entries p ON p.id = e.prediction_id
 """
+
+
+_OPEN = """e.plan = ? AND e.kind = 'prediction' AND NOT EXISTS (
+    SELECT 1 FROM ledger_entries c WHERE c.prediction_id = e.id AND c.kind IN ('verdict', 'skip'))"""
 
 
 def _entry(row: sqlite3.Row) -> Entry:
@@ -248,18 +254,19 @@ class Ledger:
         row = self._find(plan_name(plan), label, "prediction", UnknownPrediction)
         return self.get_by_id(row["id"])
 
-    def state(self, plan: str, limit: int = LIST_LIMIT) -> PlanState:
+    def state(self, plan: str, limit: int = LIST_LIMIT, all_open: bool = False) -> PlanState:
         plan = plan_name(plan)
         db = self.db
         total = db.execute("SELECT COUNT(*) FROM ledger_entries WHERE plan = ?", (plan,)).fetchone()[0]
         rows = db.execute(_SELECT + " WHERE e.plan = ? ORDER BY e.id DESC LIMIT ?", (plan, limit)).fetchall()
-        open_rows = db.execute(
-            _SELECT + """ WHERE e.plan = ? AND e.kind = 'prediction' AND NOT EXISTS (
-                SELECT 1 FROM ledger_entries c WHERE c.prediction_id = e.id AND c.kind IN ('verdict', 'skip'))
-                ORDER BY e.id""",
-            (plan,),
-        ).fetchall()
-        return PlanState(plan, [_entry(r) for r in reversed(rows)], total, [_entry(r) for r in open_rows])
+        # each verdict or skip closes exactly one prediction of its own plan (the unique index, and _judge looks the
+        # prediction up in the plan), so the open count is a difference of two counts on the (plan, kind) index
+        counts = dict(db.execute("SELECT kind, COUNT(*) FROM ledger_entries WHERE plan = ? AND kind IN "
+                                 "('prediction', 'verdict', 'skip') GROUP BY kind", (plan,)).fetchall())
+        open_count = counts.get("prediction", 0) - counts.get("verdict", 0) - counts.get("skip", 0)
+        open_rows = db.execute(_SELECT + f" WHERE {_OPEN} ORDER BY e.number" + ("" if all_open else " LIMIT ?"),
+                               (plan,) if all_open else (plan, limit)).fetchall()
+        return PlanState(plan, [_entry(r) for r in reversed(rows)], total, [_entry(r) for r in open_rows], open_count)
 
     def entries(self, plan: str | None = None) -> Iterable[Entry]:
         query = _SELECT + (" WHERE e.plan = ?" if plan else "") + " ORDER BY e.id"
@@ -271,7 +278,7 @@ class Ledger:
 
     def gate(self, plan: str) -> PlanState:
         """Raises OpenPredictions listing each open prediction verbatim, with its falsifying check."""
-        state = self.state(plan, limit=0)
+        state = self.state(plan, limit=0, all_open=True)
         if state.open:
             raise OpenPredictions(gate_message(state.plan, state.open))
         return state
