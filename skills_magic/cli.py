@@ -205,6 +205,10 @@ def _ledger(args) -> int:
     for p, open_ in sorted(plans.items()):
         print(gate_message(p, open_) if open_ else f"{p}: 0 open predictions")
     if not plans:
+        if args.ledger_command == "check" and args.notebook:
+            # an executed notebook that should carry a record and carries none is not a pass
+            print(f"{source}: no ledger outputs (was the notebook executed, and did its %ledger cells run?)", file=sys.stderr)
+            return EXIT_INVALID
         print(f"{source}: no ledger entries")
     return EXIT_INVALID if failing else EXIT_OK
 

@@ -84,6 +84,15 @@ LEDGER_USAGE = ("usage: %ledger use SLUG | hypothesis TEXT | prediction TEXT --f
                 "conclusion TEXT | skip P --reason TEXT | list | gate | test P | model on|off (`%ledger?` for details)")
 
 
+def _ledger_words(line: str) -> list[str]:
+    """Words of a %ledger line: double quotes group, and an apostrophe is just a letter (the station's file)."""
+    lexer = shlex.shlex(line, posix=True)
+    lexer.quotes = '"'
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    return list(lexer)
+
+
 class _LedgerParser(_Parser):
     def error(self, message):
         raise UsageError(f"{message}; {LEDGER_USAGE}")
@@ -315,7 +324,7 @@ class SkillsMagics(Magics):
         As a cell magic (%%ledger ACTION ...), the cell body is the TEXT.
         """
         try:
-            argv = shlex.split(line)
+            argv = _ledger_words(line)
         except ValueError as error:
             raise UsageError(f"{error}; {LEDGER_USAGE}") from None
         if not argv:
