@@ -143,6 +143,46 @@ def _turns(text: str) -> int:
     return value
 
 
+VERIFY_USAGE = ("usage: %%skill verify [--votes N] [--refutations R] [--concurrency C] [--model M] [--voter model|"
+                "script:SKILL:PATH ...] [--timeout S] [--max-claims K] [--ledger SLUG]; the cell is a YAML list of "
+                "{claim, quote, source}")
+
+
+class _VerifyParser(_Parser):
+    def error(self, message):
+        raise UsageError(f"{message}; {VERIFY_USAGE}")
+
+    def exit(self, status=0, message=None):
+        raise UsageError(VERIFY_USAGE)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {text}")
+    return value
+
+
+def _build_verify_parser() -> argparse.ArgumentParser:
+    parser = _VerifyParser(prog="skill verify", add_help=False)
+    parser.add_argument("--votes", type=_positive)
+    parser.add_argument("--refutations", type=_positive)
+    parser.add_argument("--concurrency", type=_positive)
+    parser.add_argument("--model")
+    parser.add_argument("--voter", action="append", default=[])
+    parser.add_argument("--timeout", type=_seconds)
+    parser.add_argument("--max-claims", type=_positive)
+    parser.add_argument("--ledger")
+    return parser
+
+
 def _build_run_parser() -> argparse.ArgumentParser:
     parser = _RunParser(prog="skill run", add_help=False)
     parser.add_argument("words", nargs="*", help="the skill's name, then its arguments")
@@ -179,6 +219,7 @@ class SkillsMagics(Magics):
         self.session.asker = self._ask
         self.parser = _build_parser()
         self.run_parser = _build_run_parser()
+        self.verify_parser = _build_verify_parser()
         self.ledger_parser = _build_ledger_parser()
 
     @line_magic
@@ -382,13 +423,19 @@ class SkillsMagics(Magics):
             run the loop in a worker thread; permission prompts appear as Allow/Deny buttons (no answer: deny)
         %%skill run NAME --no-model --script PATH [ARGS...]
             run one script of the skill with the cell body as its stdin, no model at all
+        %%skill verify [--votes 3] [--refutations 2] [--concurrency 8] [--model M] [--voter model|script:SKILL:PATH]
+                       [--timeout S] [--max-claims 25] [--ledger SLUG]
+            verify the claims in the cell (a YAML list of {claim, quote, source}) by adversarial votes, all
+            concurrently; a live vote board, then the result (confirmed / refuted / unverified per claim)
         """
         try:
             argv = shlex.split(line)
         except ValueError as error:
             raise UsageError(f"{error}; {RUN_USAGE}") from None
+        if argv and argv[0] == "verify":
+            return self._verify(argv[1:], cell)
         if not argv or argv[0] != "run":
-            raise UsageError(RUN_USAGE)
+            raise UsageError(f"{RUN_USAGE}\n{VERIFY_USAGE}")
         args = self.run_parser.parse_intermixed_args(argv[1:])
         name, arguments = (args.words[0], args.words[1:]) if args.words else (None, [])
         task = cell.strip("\n")
@@ -413,6 +460,39 @@ class SkillsMagics(Magics):
         except (SkillsMagicError, ValueError) as error:
             raise UsageError(str(error)) from None
         return display.RunView(result, self.session.last_run_seconds)
+
+    def _verify(self, argv: list[str], cell: str):
+        import yaml
+
+        from skills_magic import verify
+
+        args = self.verify_parser.parse_args(argv)
+        try:
+            claims = verify.parse_claims(yaml.safe_load(cell))
+        except yaml.YAMLError as error:
+            raise UsageError(f"the cell is not YAML: {error}; {VERIFY_USAGE}") from None
+        except verify.ClaimsError as error:
+            raise UsageError(f"{error}; {VERIFY_USAGE}") from None
+        votes = args.votes or verify.VOTES_PER_CLAIM
+        board = None
+        if getattr(self.shell, "kernel", None) is not None and claims:  # a front end that renders widgets
+            from IPython.display import display as show
+
+            from skills_magic.widgets import VoteBoard
+
+            board = VoteBoard(claims[: args.max_claims or verify.MAX_CLAIMS], votes)
+            show(board)
+        try:
+            result = self.session.verify(
+                claims, votes=args.votes, refutations=args.refutations, concurrency=args.concurrency, model=args.model,
+                voters=args.voter, timeout=args.timeout, max_claims=args.max_claims, ledger_plan=args.ledger,
+                on_vote=board.update if board else None)
+        except (SkillsMagicError, ValueError) as error:
+            raise UsageError(str(error)) from None
+        view = display.VotesView(result)
+        if board is not None:
+            board.finish(view.summary())
+        return view
 
     def _interactive(self) -> bool:
         # someone is at the notebook when the kernel may ask them for input (nbclient, nbval and papermill say no)

@@ -287,6 +287,63 @@ class SkillsSession:
 
         return plan, call
 
+    def verify(self, claims, *, votes: int | None = None, refutations: int | None = None, concurrency: int | None = None,
+               model: str | None = None, voters: Sequence[str] = (), timeout: float | None = None,
+               max_claims: int | None = None, ledger_plan: str | None = None, on_vote=None):
+        """Verify claims by adversarial votes (all votes concurrently, in a worker thread's event loop).
+
+        `voters` are seats: "model" or "script:SKILL:PATH" (a script runs only under an allow rule: a vote cannot
+        stop to ask a person); seats beyond those given are model seats. KeyboardInterrupt cancels the run and keeps
+        the votes already in.
+        """
+        from skills_magic import verify as v
+        from skills_magic.gate import unattended
+
+        seats: list[v.Voter] = []
+        model_voter: list[v.ModelVoter] = []  # one model voter, created only if a seat needs it
+
+        def model_seat() -> v.ModelVoter:
+            if not model_voter:
+                client = self.client()
+                if hasattr(client, "for_new_loop"):
+                    client = client.for_new_loop()
+                model_voter.append(v.ModelVoter(client, self.resolve_model_id(client, model, None)))
+            return model_voter[0]
+
+        for spec in list(voters) or ["model"]:
+            if spec == "model":
+                seats.append(model_seat())
+            elif spec.startswith("script:") and spec.count(":") >= 2:
+                _, skill_name, path = spec.split(":", 2)
+                skill = self.skill(skill_name)
+                gate = self.gate()
+
+                def run(stdin: str, skill=skill, path=path, gate=gate):
+                    outcome = gate.run_script(skill, path, [], stdin, unattended)
+                    if outcome.run is None:
+                        return None, outcome.error
+                    if outcome.run.exit_code != 0:
+                        return None, f"{path} exit code {outcome.run.exit_code}: {outcome.run.stderr.strip()[:200]}"
+                    return outcome.run.stdout, None
+
+                seats.append(v.ScriptVoter(run, f"{skill.name}:{path}"))
+            else:
+                raise ValueError(f"a voter is `model` or `script:SKILL:PATH`, not {spec!r}")
+        n_votes = votes or v.VOTES_PER_CLAIM
+        while voters and len(seats) < n_votes:  # seats not given are model seats
+            seats.append(model_seat())
+        options = dict(votes_per_claim=n_votes, refutations_required=refutations or v.REFUTATIONS_REQUIRED,
+                       concurrency=concurrency or v.CONCURRENCY, timeout=timeout or v.VOTE_TIMEOUT_SECONDS,
+                       max_claims=max_claims or v.MAX_CLAIMS, on_vote=on_vote)
+        result = _run_in_loop_thread(lambda: v.verify(claims, seats, **options))
+        if ledger_plan:
+            ledger, plan = self.ledger, self.use_plan(ledger_plan)
+            for claim in result.claims:
+                counts = {s: sum(vote.status == s for vote in claim.votes) for s in ("upheld", "refuted", "abstained")}
+                ledger.observation(plan, f"claim verified by {n_votes} votes: {claim.outcome} (upheld {counts['upheld']}, "
+                                         f"refuted {counts['refuted']}, abstained {counts['abstained']}): {claim.claim.claim}")
+        return result
+
     def gate(self):
         from skills_magic.gate import Gate
 
@@ -410,6 +467,43 @@ class SkillsSession:
             if _is_under(absolute, source.root):
                 return _inside(f"<{source.label}>", absolute, os.path.dirname(source.root))
         return shown
+
+
+def _run_in_loop_thread(make_coroutine):
+    """Run a coroutine to completion in a worker thread with its own event loop (a notebook's kernel already runs
+    one in the main thread). KeyboardInterrupt in the caller cancels it; the coroutine returns what it has."""
+    import asyncio
+    import threading
+
+    box: dict[str, Any] = {}
+    ready = threading.Event()
+
+    def work() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            box["task"] = loop.create_task(make_coroutine())
+            box["loop"] = loop
+            ready.set()
+            box["result"] = loop.run_until_complete(box["task"])
+        except BaseException as error:  # handed to the caller's thread
+            box["error"] = error
+        finally:
+            ready.set()
+            loop.close()
+
+    thread = threading.Thread(target=work, name="skills-magic-verify", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.1)
+    except KeyboardInterrupt:
+        ready.wait()
+        if "loop" in box:
+            box["loop"].call_soon_threadsafe(box["task"].cancel)
+        thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def _utc_now() -> str:

@@ -97,3 +97,37 @@ class BackgroundRun:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return self.box._repr_mimebundle_(include=include, exclude=exclude)
+
+
+class VoteBoard:
+    """A live board: a row per claim, a cell per voter, redrawn as each vote arrives (from the worker thread)."""
+
+    def __init__(self, claims, votes_per_claim: int):
+        from skills_magic.verify import ClaimResult, Vote
+
+        self.claims = [ClaimResult(i, c, [Vote(i, seat + 1, "pending") for seat in range(votes_per_claim)])
+                       for i, c in enumerate(claims)]
+        self.votes_per_claim = votes_per_claim
+        self.html = widgets.HTML(self._render("verifying…"))
+        self._lock = threading.Lock()
+
+    def _render(self, summary: str) -> str:
+        from skills_magic.display import votes_table_html
+
+        return votes_table_html(self.claims, self.votes_per_claim, summary)
+
+    def update(self, claim, vote) -> None:
+        """`on_vote` of a verification: swap in the live objects, redraw."""
+        with self._lock:
+            if claim.index < len(self.claims):
+                self.claims[claim.index] = claim
+            done = sum(v.status != "pending" for c in self.claims for v in c.votes)
+            total = sum(len(c.votes) for c in self.claims)
+            self.html.value = self._render(f"{done} of {total} votes in")
+
+    def finish(self, summary: str) -> None:
+        with self._lock:
+            self.html.value = self._render(summary)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return self.html._repr_mimebundle_(include=include, exclude=exclude)

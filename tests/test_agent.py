@@ -674,7 +674,7 @@ def test_a_context_error_from_the_model_call(root):
 def test_running_out_of_scripted_turns_is_an_error(root):
     agent, _ = make_agent(root, [tools_turn(call("activate_skill", {"name": "pdf-tools"}))])
     result = agent.run("q")
-    assert result.stop_reason == "error" and "the script has 1 turns" in result.error
+    assert result.stop_reason == "error" and "the script has no turn left for request 2 (1 turns declared)" in result.error
 
 
 def test_keyboard_interrupt_keeps_the_trace(root):

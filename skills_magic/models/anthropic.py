@@ -114,6 +114,13 @@ class AnthropicModel:
     def _options(self) -> dict[str, Any]:
         return {"api_key": self._api_key, "base_url": self.base_url, "max_retries": self.max_retries, "timeout": self.timeout}
 
+    def for_new_loop(self) -> AnthropicModel:
+        """The same settings with a fresh async client: an async client belongs to the event loop that first used it."""
+        copy = AnthropicModel.__new__(AnthropicModel)
+        copy.__dict__.update(self.__dict__)
+        copy._async = None
+        return copy
+
     def client(self):
         if self._sync is None:
             import anthropic

@@ -7,12 +7,18 @@ A turn is one of:
     (raw content blocks), or `error` ({status, message}: the call fails as a real one would)
   - in Python, also a callable `turn(request) -> turn`, to answer from what the model was sent.
 `stop_reason` defaults to `tool_use` when the turn has tool calls, else `end_turn`.
+
+A turn with `when` (a string or a list of strings) answers the first request whose JSON contains all of them, in
+any order of calls: concurrent callers (verification votes) then get the same answers on every run. `delay`
+(seconds) makes `acreate` wait that long first, like a model taking its time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -88,6 +94,8 @@ class ScriptedModel:
         self.model = model
         self.source = source
         self.requests: list[Request] = []
+        self._used: set[int] = set()
+        self._lock = threading.Lock()  # concurrent callers (votes in threads) take distinct turns
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> ScriptedModel:
@@ -95,14 +103,32 @@ class ScriptedModel:
 
     @property
     def remaining(self) -> int:
-        return len(self.turns) - len(self.requests)
+        return len(self.turns) - len(self._used)
+
+    def _next(self, request: Request) -> tuple[int, Any]:
+        """The turn that answers this request: the first unused matching `when` turn, else the next plain one."""
+        with self._lock:
+            self.requests.append(request)
+            text = None
+            for index, turn in enumerate(self.turns):
+                if index in self._used:
+                    continue
+                when = turn.get("when") if isinstance(turn, dict) else None
+                if when is None:
+                    continue
+                text = text if text is not None else json.dumps(request, ensure_ascii=False)
+                if all(part in text for part in ([when] if isinstance(when, str) else when)):
+                    self._used.add(index)
+                    return index, turn
+            for index, turn in enumerate(self.turns):
+                if index not in self._used and not (isinstance(turn, dict) and "when" in turn):
+                    self._used.add(index)
+                    return index, turn
+        raise ModelError(f"the script has no turn left for request {len(self.requests)} "
+                         f"({len(self.turns)} turns declared)", kind="script")
 
     def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
-        index = len(self.requests)
-        self.requests.append(request)
-        if index >= len(self.turns):
-            raise ModelError(f"the script has {len(self.turns)} turns and the run asked for turn {index + 1}", kind="script")
-        turn = self.turns[index]
+        index, turn = self._next(request)
         if callable(turn):
             turn = turn(request)
         message = _message(turn, index + 1, self.model)
@@ -113,4 +139,10 @@ class ScriptedModel:
         return message
 
     async def acreate(self, request: Request) -> Response:
-        return self.create(request)
+        index, turn = self._next(request)
+        delay = turn.get("delay") if isinstance(turn, dict) else None
+        if delay:
+            await asyncio.sleep(float(delay))
+        if callable(turn):
+            turn = turn(request)
+        return _message(turn, index + 1, self.model)
