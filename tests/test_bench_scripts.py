@@ -1,0 +1,34 @@
+"""The run, ledger and verification benchmarks run end to end (small sizes) and report every figure the README
+quotes. Timings are not asserted: tests hold no timing thresholds; the README quotes a measured run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def bench(name: str, *args: str) -> str:
+    run = subprocess.run([sys.executable, str(BENCH / name), *args], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+def test_run_benchmark_reports_loop_overhead_first_run_and_catalog_size():
+    out = bench("bench_runs.py", "--turns", "20", "--repeat", "1")
+    assert "loop overhead" in out and "ms per turn" in out
+    assert "first run, SDK not yet imported" in out and "after background warm-up" in out and "steady state" in out
+    assert "characters of 8,000" in out
+
+
+def test_ledger_benchmark_reports_appends_and_list():
+    out = bench("bench_ledger.py", "--appends", "400", "--entries", "4000", "--repeat", "1")
+    assert "appends/s" in out and "baseline" in out and "list over 4,000 entries" in out
+
+
+def test_verify_benchmark_compares_concurrency_against_one():
+    out = bench("bench_verify.py", "--claims", "4", "--latency", "0.02", "--concurrency", "4")
+    assert "concurrency  4:" in out and "concurrency  1:" in out and "faster than concurrency 1" in out
+    assert "12 agent calls" in out
