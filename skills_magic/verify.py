@@ -240,10 +240,7 @@ async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_c
                for i, claim in enumerate(chosen)]
     result = VerificationResult(results, rest, votes_per_claim, refutations_required)
     limit = asyncio.Semaphore(concurrency)
-    notify = on_vote or (lambda claim, vote: None)
-    for claim in results:
-        for vote in claim.votes:
-            notify(claim, vote)  # every seat shows as pending before the first vote lands
+    notify = on_vote or (lambda claim, vote: None)  # hears each vote once, when it lands
 
     async def one(claim: ClaimResult, vote: Vote) -> None:
         voter = seats[(vote.voter - 1) % len(seats)]
