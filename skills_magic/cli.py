@@ -214,7 +214,7 @@ def _ledger(args) -> int:
 
 
 def _export(ledger, plan: str | None, fmt: str) -> int:
-    entries = list(ledger.entries(plan))
+    entries = sorted(ledger.entries(plan), key=lambda e: e.plan) if fmt == "md" else list(ledger.entries(plan))  # stable
     if fmt == "jsonl":
         for e in entries:
             print(json.dumps({**e.to_dict(), "at": e.at}, ensure_ascii=False, sort_keys=True))

@@ -44,6 +44,8 @@ def m001_audit(db: sqlite3.Connection) -> None:
             detail TEXT
         );
         CREATE INDEX audit_session ON audit(session, id);
+        CREATE TRIGGER audit_no_replace BEFORE INSERT ON audit WHEN EXISTS (SELECT 1 FROM audit WHERE id = NEW.id)
+            BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
         CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
             BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
         CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
@@ -72,21 +74,47 @@ def m002_ledger(db: sqlite3.Connection) -> None:
             at TEXT NOT NULL,
             session TEXT,
             UNIQUE (plan, label),
-            CHECK (kind != 'prediction' OR (hypothesis_id IS NOT NULL AND length(trim(falsified_by)) > 0)),
+            CHECK (kind != 'prediction' OR (hypothesis_id IS NOT NULL AND COALESCE(length(trim(falsified_by)), 0) > 0)),
             CHECK (kind NOT IN ('verdict', 'skip') OR prediction_id IS NOT NULL),
             CHECK (kind != 'verdict' OR outcome IS NOT NULL),
-            CHECK (kind != 'verdict' OR outcome = 'inconclusive' OR length(trim(evidence)) > 0)
+            CHECK (kind != 'verdict' OR outcome = 'inconclusive' OR COALESCE(length(trim(evidence)), 0) > 0)
         );
         CREATE INDEX ledger_plan_kind ON ledger_entries(plan, kind, number);
         CREATE INDEX ledger_plan_order ON ledger_entries(plan, id);
         CREATE INDEX ledger_prediction ON ledger_entries(prediction_id, kind);
         CREATE UNIQUE INDEX ledger_one_judgement ON ledger_entries(prediction_id) WHERE kind IN ('verdict', 'skip');
+        -- REPLACE deletes the old row without firing delete triggers: refuse any insert that would replace one
+        CREATE TRIGGER ledger_no_replace BEFORE INSERT ON ledger_entries
+            WHEN EXISTS (SELECT 1 FROM ledger_entries WHERE id = NEW.id OR (plan = NEW.plan AND label = NEW.label))
+            BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+        CREATE TRIGGER ledger_one_judgement_only BEFORE INSERT ON ledger_entries
+            WHEN NEW.kind IN ('verdict', 'skip') AND EXISTS (
+                SELECT 1 FROM ledger_entries WHERE prediction_id = NEW.prediction_id AND kind IN ('verdict', 'skip'))
+            BEGIN SELECT RAISE(ABORT, 'prediction already judged'); END;
         CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger_entries
             BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
         CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger_entries
             BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
         """,
     )
+
+
+def _retry_locked(action, seconds: float = BUSY_TIMEOUT_MS / 1000) -> None:
+    """Retry an action SQLite refuses with "database is locked" instead of waiting (switching a new file to WAL
+    while another connection writes it), for as long as the busy timeout would have waited."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    delay = 0.005
+    while True:
+        try:
+            action()
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
 
 def resolve_path(folder: str, environ=None) -> str:
@@ -109,7 +137,7 @@ class Database:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             connection.row_factory = sqlite3.Row
-            connection.execute("PRAGMA journal_mode=WAL")
+            _retry_locked(lambda: connection.execute("PRAGMA journal_mode=WAL"))  # the busy timeout does not cover it
             connection.execute("PRAGMA synchronous=NORMAL")  # WAL: commits survive a crashed process; no fsync each
             connection.execute("PRAGMA foreign_keys=ON")
             connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")

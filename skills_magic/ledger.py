@@ -190,7 +190,7 @@ class Ledger:
             db.execute("COMMIT")
         except sqlite3.IntegrityError as error:
             db.execute("ROLLBACK")
-            if "ledger_entries.prediction_id" in str(error):
+            if "ledger_entries.prediction_id" in str(error) or "prediction already judged" in str(error):
                 raise PredictionAlreadyJudged(f"{judged} already has a verdict or a skip") from None
             raise
         except BaseException:
@@ -211,6 +211,7 @@ class Ledger:
         text = _text(text, "prediction")
         if not isinstance(falsified_by, str) or not falsified_by.strip():
             raise FalsifierRequired("a prediction names the exact check that would refute it (--falsified-by)")
+        falsified_by = _text(falsified_by, "falsifying check")
         if not isinstance(hypothesis, str) or not hypothesis.strip():
             raise UnknownHypothesis("a prediction belongs to a hypothesis (--hypothesis H1)")
         row = self._find(plan, hypothesis, "hypothesis", UnknownHypothesis)
@@ -231,7 +232,7 @@ class Ledger:
             raise UnknownOutcome(f"a verdict is confirmed, refuted or inconclusive, not {outcome!r}")
         if outcome != "inconclusive" and (not isinstance(evidence, str) or not evidence.strip()):
             raise EvidenceRequired(f"a {outcome} verdict needs --evidence: what was observed")
-        evidence = evidence.strip() if isinstance(evidence, str) and evidence.strip() else None
+        evidence = _text(evidence, "evidence") if isinstance(evidence, str) and evidence.strip() else None
         return self._judge(plan, prediction, "verdict", f"{outcome}", outcome=outcome, evidence=evidence)
 
     def skip(self, plan: str, prediction: str, reason: str) -> Entry:
