@@ -470,28 +470,35 @@ class SkillsMagics(Magics):
         try:
             claims = verify.parse_claims(yaml.safe_load(cell))
         except yaml.YAMLError as error:
-            raise UsageError(f"the cell is not YAML: {error}; {VERIFY_USAGE}") from None
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or "cannot be parsed"
+            raise UsageError(f"the cell is not YAML ({problem}{where}); {VERIFY_USAGE}") from None
         except verify.ClaimsError as error:
             raise UsageError(f"{error}; {VERIFY_USAGE}") from None
         votes = args.votes or verify.VOTES_PER_CLAIM
         board = None
         if getattr(self.shell, "kernel", None) is not None and claims:  # a front end that renders widgets
-            from IPython.display import display as show
-
             from skills_magic.widgets import VoteBoard
 
             board = VoteBoard(claims[: args.max_claims or verify.MAX_CLAIMS], votes)
-            show(board)
+
+        def show_board() -> None:  # only once the run really starts: a refused run leaves no board behind
+            if board is not None:
+                from IPython.display import display as show
+
+                show(board)
+
         try:
             result = self.session.verify(
                 claims, votes=args.votes, refutations=args.refutations, concurrency=args.concurrency, model=args.model,
                 voters=args.voter, timeout=args.timeout, max_claims=args.max_claims, ledger_plan=args.ledger,
-                on_vote=board.update if board else None)
+                on_vote=board.update if board else None, on_ready=show_board)
         except (SkillsMagicError, ValueError) as error:
             raise UsageError(str(error)) from None
         view = display.VotesView(result)
         if board is not None:
-            board.finish(view.summary())
+            board.finish(view.summary(), result.claims)
         return view
 
     def _interactive(self) -> bool:

@@ -289,7 +289,7 @@ class SkillsSession:
 
     def verify(self, claims, *, votes: int | None = None, refutations: int | None = None, concurrency: int | None = None,
                model: str | None = None, voters: Sequence[str] = (), timeout: float | None = None,
-               max_claims: int | None = None, ledger_plan: str | None = None, on_vote=None):
+               max_claims: int | None = None, ledger_plan: str | None = None, on_vote=None, on_ready=None):
         """Verify claims by adversarial votes (all votes concurrently, in a worker thread's event loop).
 
         `voters` are seats: "model" or "script:SKILL:PATH" (a script runs only under an allow rule: a vote cannot
@@ -298,6 +298,10 @@ class SkillsSession:
         """
         from skills_magic import verify as v
         from skills_magic.gate import unattended
+        from skills_magic.ledger import plan_name
+
+        if ledger_plan:
+            plan_name(ledger_plan)  # a bad plan name is refused before any vote is spent
 
         seats: list[v.Voter] = []
         model_voter: list[v.ModelVoter] = []  # one model voter, created only if a seat needs it
@@ -335,6 +339,8 @@ class SkillsSession:
         options = dict(votes_per_claim=n_votes, refutations_required=refutations or v.REFUTATIONS_REQUIRED,
                        concurrency=concurrency or v.CONCURRENCY, timeout=timeout or v.VOTE_TIMEOUT_SECONDS,
                        max_claims=max_claims or v.MAX_CLAIMS, on_vote=on_vote)
+        if on_ready is not None:
+            on_ready()  # the voters are known: the run really starts now
         result = _run_in_loop_thread(lambda: v.verify(claims, seats, **options))
         if ledger_plan:
             ledger, plan = self.ledger, self.use_plan(ledger_plan)
@@ -476,31 +482,35 @@ def _run_in_loop_thread(make_coroutine):
     import threading
 
     box: dict[str, Any] = {}
-    ready = threading.Event()
+    started, finished = threading.Event(), threading.Event()
 
     def work() -> None:
         loop = asyncio.new_event_loop()
         try:
             box["task"] = loop.create_task(make_coroutine())
             box["loop"] = loop
-            ready.set()
+            started.set()
             box["result"] = loop.run_until_complete(box["task"])
         except BaseException as error:  # handed to the caller's thread
             box["error"] = error
         finally:
-            ready.set()
+            started.set()
             loop.close()
+            finished.set()
 
     thread = threading.Thread(target=work, name="skills-magic-verify", daemon=True)
     thread.start()
-    try:
-        while thread.is_alive():
-            thread.join(0.1)
-    except KeyboardInterrupt:
-        ready.wait()
-        if "loop" in box:
-            box["loop"].call_soon_threadsafe(box["task"].cancel)
-        thread.join()
+    # wait on an Event, not on join(): on Python <= 3.12 an interrupted join() can mark a live thread as stopped
+    cancelled = False
+    while not finished.is_set():
+        try:
+            finished.wait(0.1)
+        except KeyboardInterrupt:
+            if not cancelled:
+                cancelled = True
+                started.wait()
+                if "loop" in box:
+                    box["loop"].call_soon_threadsafe(box["task"].cancel)
     if "error" in box:
         raise box["error"]
     return box["result"]

@@ -13,9 +13,9 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from skills_magic.models.base import ModelClient, ModelError, usage_of
 
@@ -28,17 +28,20 @@ VOTE_MAX_TOKENS = 1024  # a verdict is a few sentences of evidence
 VERDICT_TOOL_NAME = "record_verdict"
 
 
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]  # blank is not text
+
+
 class VoteVerdict(BaseModel):
     """The one verdict schema every voter answers with."""
 
     refuted: bool = Field(description="true unless the claim is well supported, current, and matched by the source's quality")
-    evidence: str = Field(min_length=1, description="specific evidence for the verdict: what in the quote or source decides it")
+    evidence: Text = Field(description="specific evidence for the verdict: what in the quote or source decides it")
     confidence: Literal["high", "medium", "low"]
     counter_source: str | None = Field(None, description="a source that contradicts the claim, if one is known")
 
 
 class Claim(BaseModel):
-    claim: str = Field(min_length=1)
+    claim: Text
     quote: str = ""
     source: str | None = None
 

@@ -125,8 +125,11 @@ class VoteBoard:
             total = sum(len(c.votes) for c in self.claims)
             self.html.value = self._render(f"{done} of {total} votes in")
 
-    def finish(self, summary: str) -> None:
+    def finish(self, summary: str, claims=None) -> None:
+        """The final state: the result's claims (a cancelled run's unheard votes included) and its summary."""
         with self._lock:
+            if claims is not None:
+                self.claims = list(claims)
             self.html.value = self._render(summary)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
