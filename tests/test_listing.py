@@ -157,7 +157,7 @@ def scan_of(*roots: Path):
 def test_xml_is_byte_identical_to_skills_ref_for_the_sample_skills(sample_skills):
     scan = scan_of(sample_skills)
     folders = [Path(s.folder) for s in scan.skills]
-    assert len(folders) == 2
+    assert len(folders) == len([p for p in sample_skills.iterdir() if (p / "SKILL.md").is_file()]) >= 5
     assert xml_listing(scan.skills, None, location)[1] == to_prompt(folders)
 
 

@@ -22,7 +22,8 @@ from skills_magic import load_ipython_extension, unload_ipython_extension
 from skills_magic.catalog import bundled_skills_folder
 from skills_magic.magics import SkillsMagics, unregister
 
-SAMPLE_NAMES = ["csv-profile", "lab-notebook-entry"]
+SAMPLE_NAMES = sorted(p.name for p in (Path(__file__).resolve().parent.parent / "sample-skills").iterdir()
+                      if (p / "SKILL.md").is_file())  # the bundled sample skills, in listing order
 MIME_KINDS = {
     "listing": "application/vnd.skills-magic.listing+json",
     "skill": "application/vnd.skills-magic.skill+json",
@@ -195,7 +196,7 @@ def test_list_json_returns_the_listing_as_a_dict(skills, project):
         ("session", ["alpha-tool"]),
         ("bundled", SAMPLE_NAMES),
     ]
-    assert (data["shown"], data["total"], data["marker"]) == (3, 3, None)
+    assert (data["shown"], data["total"], data["marker"]) == (1 + len(SAMPLE_NAMES), 1 + len(SAMPLE_NAMES), None)
     assert data["groups"][0]["skills"][0]["folder"] == os.path.join("mine", "alpha-tool")
     json.dumps(data)  # plain data, ready to store or compare
 
@@ -224,7 +225,7 @@ def test_messy_collection_loads_what_its_readme_says(skills, project, messy_skil
     assert sorted(added.data()["skills"]) == ["csv-profile", "extra-keys", "long-description", "unit-converter", "weather-report"]
     assert [(g["source"], [s["name"] for s in g["skills"]]) for g in listing["groups"]] == [
         ("session", ["csv-profile", "extra-keys", "long-description", "unit-converter", "weather-report"]),
-        ("bundled", ["lab-notebook-entry"]),
+        ("bundled", [n for n in SAMPLE_NAMES if n != "csv-profile"]),
     ]
     assert (listing["hidden_by_collision"], listing["skipped"]) == (1, 3)
     assert sorted((Path(d["path"]).parent.name, d["code"]) for d in errors) == [
@@ -379,12 +380,13 @@ def test_validate_without_a_target_judges_every_skill_in_the_catalog(skills, pro
 
     folders = [Path(r["folder"]).name for r in data["results"]]
     # visible skills (the bundled csv-profile is hidden by the session's) and the three skipped ones
+    others = [n for n in SAMPLE_NAMES if n != "csv-profile"]
     assert sorted(folders) == sorted(
-        ["csv-profile", "extra-keys", "long-description", "renamed-folder", "weather-report", "lab-notebook-entry",
+        ["csv-profile", "extra-keys", "long-description", "renamed-folder", "weather-report", *others,
          "broken-yaml", "no-description", "tab-indented"]
     )
     valid = sorted(Path(r["folder"]).name for r in data["results"] if r["valid"])
-    assert valid == ["csv-profile", "lab-notebook-entry"]
+    assert valid == sorted(["csv-profile", *others])
 
 
 def test_validate_of_a_missing_target_is_a_usage_error(skills):
@@ -465,7 +467,7 @@ def test_sources_lists_the_sources_in_precedence_order(skills, project):
         (2, "project", os.path.join(".agents", "skills"), False, 0),
         (3, "project", os.path.join(".claude", "skills"), False, 0),
         (4, "project", "skills", True, 1),
-        (5, "bundled", "<bundled sample skills>", True, 2),
+        (5, "bundled", "<bundled sample skills>", True, len(SAMPLE_NAMES)),
     ]
     rows = view.text().splitlines()[1:]
     assert [row.split()[1] for row in rows] == ["session", "project", "project", "project", "bundled"]
