@@ -289,7 +289,7 @@ class Agent:
         """Run the task. With `skill`, that skill is activated explicitly (no model decision)."""
         self.activated: dict[str, Skill] = {}
         result = RunResult(task=task, skill=skill, client=self.model.name, model=self.model_id, system=self.system)
-        result.trace.append(TraceEvent("discover", f"catalog of {self.listing.shown} skills", bytes=_size(self.catalog),
+        result.trace.append(TraceEvent("discover", f"catalog of {self.listing.shown} skill{'' if self.listing.shown == 1 else 's'}", bytes=_size(self.catalog),
                                        detail=self.listing.marker() or ""))
         notify = on_event or (lambda kind, value: None)
         first: list[dict[str, Any]] = []

@@ -5,7 +5,8 @@
   skills-magic list PATH... [--json]      the grouped listing of the skills found under the paths
   skills-magic ledger check [--db FILE] [--plan SLUG] | NOTEBOOK.ipynb    exit 1 while a prediction is open
   skills-magic ledger export [--db FILE] [--plan SLUG] [--format jsonl|md]
-  skills-magic run-notebook NOTEBOOK      execute a notebook headless and print its outputs (--inplace: save them)
+  skills-magic run-notebook NOTEBOOK...   execute notebooks headless and print their outputs
+                                          (--output-dir DIR: save executed copies; --inplace: refresh them)
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--db")
     export.add_argument("--plan")
     export.add_argument("--format", choices=["jsonl", "md"], default="jsonl")
-    run = sub.add_parser("run-notebook", help="execute a notebook headless and print its text outputs")
-    run.add_argument("notebook")
+    run = sub.add_parser("run-notebook", help="execute notebooks headless and print their text outputs")
+    run.add_argument("notebooks", nargs="+")
     run.add_argument("--timeout", type=int, default=600)
-    run.add_argument("--inplace", action="store_true", help="save the outputs into the notebook (no timing metadata)")
+    output = run.add_mutually_exclusive_group()
+    output.add_argument("--inplace", action="store_true", help="save the outputs into the notebook (no timing metadata)")
+    output.add_argument("--output-dir", help="write the executed notebooks into this folder")
     return parser
 
 
@@ -128,20 +131,32 @@ def _run_notebook(args) -> int:
     except ImportError:
         print("run-notebook needs nbclient and ipykernel: pip install 'skills-magic[notebook]'", file=sys.stderr)
         return EXIT_USAGE
-    notebook = nbformat.read(args.notebook, as_version=4)
-    folder = os.path.dirname(os.path.abspath(args.notebook))
-    # record_timing=False: no per-cell timestamps, so a refreshed notebook differs only where outputs changed
-    NotebookClient(notebook, timeout=args.timeout, record_timing=False, resources={"metadata": {"path": folder}}).execute()
-    if args.inplace:
-        nbformat.write(notebook, args.notebook)
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        print(f">>> {cell.source}")
-        for output in cell.get("outputs", []):
-            text = output.get("text") or output.get("data", {}).get("text/plain", "")
-            if text:
-                print(text.rstrip("\n"))
+    written = []
+    for path in args.notebooks:
+        notebook = nbformat.read(path, as_version=4)
+        folder = os.path.dirname(os.path.abspath(path))  # a notebook runs in its own folder, as Jupyter runs it
+        print(f"=== {path}")
+        # record_timing=False: no per-cell timestamps, so a refreshed notebook differs only where outputs changed
+        NotebookClient(notebook, timeout=args.timeout, record_timing=False, resources={"metadata": {"path": folder}}).execute()
+        for cell in notebook.cells:
+            if cell.cell_type != "code":
+                continue
+            print(f">>> {cell.source}")
+            for output in cell.get("outputs", []):
+                text = output.get("text") or output.get("data", {}).get("text/plain", "")
+                if text:
+                    print(text.rstrip("\n"))
+        if args.inplace:
+            nbformat.write(notebook, path)
+        elif args.output_dir:
+            os.makedirs(args.output_dir, exist_ok=True)
+            target = os.path.join(args.output_dir, os.path.basename(path))
+            nbformat.write(notebook, target)
+            written.append(target)
+    if written:
+        print("executed notebooks, with their outputs (open them in Jupyter):")
+        for target in written:
+            print(f"  {target}")
     return EXIT_OK
 
 
@@ -237,7 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # argparse prints its usage message; 2 is the usage exit code
         return int(stop.code or 0)
-    paths = getattr(args, "paths", None) or ([args.notebook] if getattr(args, "notebook", None) else [])
+    paths = getattr(args, "paths", None) or getattr(args, "notebooks", None) or (
+        [args.notebook] if getattr(args, "notebook", None) else [])
     missing = _missing(paths)
     if missing:
         for p in missing:

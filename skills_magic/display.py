@@ -28,6 +28,10 @@ def mime(kind: str) -> str:
     return f"{MIME_PREFIX}{kind}+json"
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _e(text: Any) -> str:
     return html.escape(str(text))
 
@@ -78,8 +82,8 @@ class ListingView(View):
     def _summary(self) -> str:
         problems = sum(1 for d in self.scan.diagnostics if d.severity != "info")
         return (
-            f"{len(self.scan.skills)} skills ({len(self.scan.shadowed)} hidden by collisions, "
-            f"{len(self.scan.skipped)} skipped); {problems} diagnostics: %skills diagnostics"
+            f"{_n(len(self.scan.skills), 'skill')} ({len(self.scan.shadowed)} hidden by collisions, "
+            f"{len(self.scan.skipped)} skipped); {_n(problems, 'diagnostic')}: %skills diagnostics"
         )
 
     def text(self) -> str:
@@ -250,7 +254,7 @@ class AddedView(View):
         if len(self.skills) > ADDED_NAMES_SHOWN:
             names += f", and {len(self.skills) - ADDED_NAMES_SHOWN} more"
         problems = sum(1 for d in self.diagnostics if d.severity != "info")
-        return f"added {self.show(self.source.root)}: {len(self.skills)} skills visible ({names}); {problems} diagnostics"
+        return f"added {self.show(self.source.root)}: {_n(len(self.skills), 'skill')} visible ({names}); {_n(problems, 'diagnostic')}"
 
     def data(self) -> dict[str, Any]:
         return {"folder": self.show(self.source.root), "skills": [s.name for s in self.skills]}
