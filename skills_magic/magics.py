@@ -62,9 +62,21 @@ def _build_parser() -> argparse.ArgumentParser:
     diagnostics.add_argument("--code", choices=sorted(CODES))
     diagnostics.add_argument("--json", action="store_true")
     model = sub.add_parser("model", add_help=False)
-    model.add_argument("choice", nargs="?", help="auto | anthropic [ID] | scripted FILE | replay CASSETTE | a model id")
+    model.add_argument("choice", nargs="?", help="auto | anthropic [ID] | scripted FILE | keywords [N] | replay CASSETTE | a model id")
     model.add_argument("value", nargs="?")
     sub.add_parser("trace", add_help=False)
+    evaluate = sub.add_parser("eval", add_help=False)
+    evaluate.add_argument("file")
+    evaluate.add_argument("--runs", type=_positive)
+    evaluate.add_argument("--model")
+    evaluate.add_argument("--strategy", choices=["plain", "forced"], default="plain")
+    evaluate.add_argument("--compare")
+    evaluate.add_argument("--behaviour", "--behavior", action="store_true")
+    evaluate.add_argument("--batch", action="store_true")
+    evaluate.add_argument("--resume", help="a batch id to resume after a kernel restart (with --batch)")
+    evaluate.add_argument("--chart", help="also save the bar chart as this SVG file")
+    lint = sub.add_parser("lint", add_help=False)
+    lint.add_argument("name", nargs="?")
     for kind in ("allow", "deny"):
         rule = sub.add_parser(kind, add_help=False)
         rule.add_argument("rule", nargs="+", help="SKILL:PATH-PATTERN, e.g. source-verification:scripts/* (spaces allowed)")
@@ -232,13 +244,16 @@ class SkillsMagics(Magics):
         %skills add PATH                                      add a skill folder or a collection, ahead of the others
         %skills sources                                       the sources in precedence order
         %skills diagnostics [--severity S] [--code C] [--json]
-        %skills model [auto | anthropic [ID] | scripted FILE | replay CASSETTE | ID]   the model runs use
+        %skills model [auto | anthropic [ID] | scripted FILE | keywords | replay CASSETTE | ID]   the model runs use
         %skills trace                                         the load trace of the last run
         %skills allow SKILL:PATH [--env VAR]                  let scripts matching the rule run (deny rules win)
         %skills deny SKILL:PATH                               never let scripts matching the rule run
         %skills policy                                        the rules, where each came from, the review state
         %skills review NAME [--yes]                           files, digests and changes; accept them into skills.lock
         %skills audit [--all]                                 every permission decision and script run
+        %skills eval FILE [--runs 3] [--strategy plain|forced] [--compare plain|forced|FOLDER] [--behaviour]
+                     [--batch [--resume BATCH_ID]] [--model M] [--chart FILE.svg]   activation evals of a prompt set
+        %skills lint [NAME]                                   description lint of one skill or every skill
         """
         try:
             argv = shlex.split(line)
@@ -289,8 +304,8 @@ class SkillsMagics(Magics):
             chosen = "anthropic (ANTHROPIC_API_KEY is set)" if os.environ.get("ANTHROPIC_API_KEY") else "none yet (no ANTHROPIC_API_KEY)"
             return display.ModelView("auto", self.session.resolve_model_id_only(), f"runs use {chosen}")
         source = getattr(client, "source", None) or getattr(client, "path", None)
-        return display.ModelView(client.name, self.session.resolve_model_id(client, None, None),
-                                 self._show_path(source) if source else "")
+        shown = source if source == "keyword router" else (self._show_path(source) if source else "")
+        return display.ModelView(client.name, self.session.resolve_model_id(client, None, None), shown)
 
     def _ask(self, request):
         """A person at the notebook decides (input() raises where nobody can: the gate then denies)."""
@@ -338,6 +353,39 @@ class SkillsMagics(Magics):
         else:
             note = f"not written: nobody confirmed (accept these bytes with %skills review {skill.name} --yes)"
         return display.ReviewView(skill, changes, sizes, written, note)
+
+    def _eval(self, args):
+        progress = None
+        if getattr(self.shell, "kernel", None) is not None:
+            import ipywidgets
+            from IPython.display import display as show
+
+            bar = ipywidgets.IntProgress(value=0, min=0, max=1, description="eval")
+            show(bar)
+
+            def progress(done: int, total: int) -> None:
+                bar.max, bar.value = total, done
+                bar.description = f"{done}/{total}"
+
+        started = time.perf_counter()
+        reports = self.session.eval(args.file, runs=args.runs, model=args.model, strategy=args.strategy,
+                                    compare=args.compare, behaviour=args.behaviour, batch=args.batch, resume=args.resume,
+                                    on_progress=progress)
+        lint = self._lint_findings()
+        view = display.EvalView(reports, lint, time.perf_counter() - started)
+        if args.chart:
+            with open(os.path.join(self.session.cwd, args.chart), "w", encoding="utf-8") as handle:
+                handle.write(view.chart_svg())
+        return view
+
+    def _lint_findings(self, name: str | None = None) -> dict[str, list]:
+        from skills_magic.lint import lint_skill
+
+        skills = [self.session.skill(name)] if name else list(self.session.scan().skills)
+        return {s.name: lint_skill(s) for s in skills}
+
+    def _lint(self, args):
+        return display.LintView(self._lint_findings(args.name))
 
     def _audit(self, args):
         return display.AuditView(self.session.audit(everything=args.all))
@@ -423,6 +471,8 @@ class SkillsMagics(Magics):
             run the loop in a worker thread; permission prompts appear as Allow/Deny buttons (no answer: deny)
         %%skill run NAME --no-model --script PATH [ARGS...]
             run one script of the skill with the cell body as its stdin, no model at all
+        %%skill write NAME [--dir PATH]
+            the cell body becomes NAME/SKILL.md (in .skills/written unless --dir), validated, linted, and listed at once
         %%skill verify [--votes 3] [--refutations 2] [--concurrency 8] [--model M] [--voter model|script:SKILL:PATH]
                        [--timeout S] [--max-claims 25] [--ledger SLUG]
             verify the claims in the cell (a YAML list of {claim, quote, source}) by adversarial votes, all
@@ -434,6 +484,8 @@ class SkillsMagics(Magics):
             raise UsageError(f"{error}; {RUN_USAGE}") from None
         if argv and argv[0] == "verify":
             return self._verify(argv[1:], cell)
+        if argv and argv[0] == "write":
+            return self._write(argv[1:], cell)
         if not argv or argv[0] != "run":
             raise UsageError(f"{RUN_USAGE}\n{VERIFY_USAGE}")
         args = self.run_parser.parse_intermixed_args(argv[1:])
@@ -500,6 +552,21 @@ class SkillsMagics(Magics):
         if board is not None:
             board.finish(view.summary(), result.claims)
         return view
+
+    def _write(self, argv: list[str], cell: str):
+        if not argv or argv[0].startswith("-"):
+            raise UsageError("usage: %%skill write NAME [--dir PATH]; the cell body is the SKILL.md")
+        name, folder = argv[0], None
+        if len(argv) == 3 and argv[1] == "--dir":
+            folder = argv[2]
+        elif len(argv) != 1:
+            raise UsageError("usage: %%skill write NAME [--dir PATH]; the cell body is the SKILL.md")
+        if "/" in name or name in (".", "..") or not name.strip():
+            raise UsageError(f"{name!r} is not a skill folder name")
+        verdict, skill = self.session.write_skill(name, cell, folder)
+        from skills_magic.lint import lint_skill
+
+        return display.WrittenView(name, verdict, lint_skill(skill) if skill is not None else [], self._show_path)
 
     def _interactive(self) -> bool:
         # someone is at the notebook when the kernel may ask them for input (nbclient, nbval and papermill say no)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from skills_magic.agent import RunResult
     from skills_magic.models.base import ModelClient
 
+WRITE_FOLDER = os.path.join(".skills", "written")  # where `%%skill write` puts skills unless told otherwise
 LEDGER_METADATA_KEY = "experiment-ledger"  # a skill with `metadata: {experiment-ledger: "true"}` gets the ledger tool
 LEDGER_OUTPUT_CHARS = 4000  # a check's output kept in its observation; the rest is cut (and says so)
 MAX_PARENT_HOPS = 3  # shown paths may climb this many folders from the cwd before we fall back to ~ or absolute
@@ -159,6 +160,10 @@ class SkillsSession:
             from skills_magic.models.scripted import ScriptedModel
 
             self.model_client = ScriptedModel.from_file(self._path(_required(value, "scripted FILE")))
+        elif kind == "keywords":  # offline: activates by keyword overlap, as measurements say models largely do
+            from skills_magic.models.scripted import ScriptedModel, keyword_router
+
+            self.model_client = ScriptedModel(responder=keyword_router(int(value) if value else 2), source="keyword router")
         elif kind == "replay":
             from skills_magic.models.replay import ReplayModel
 
@@ -349,6 +354,71 @@ class SkillsSession:
                 ledger.observation(plan, f"claim verified by {n_votes} votes: {claim.outcome} (upheld {counts['upheld']}, "
                                          f"refuted {counts['refuted']}, abstained {counts['abstained']}): {claim.claim.claim}")
         return result
+
+    def eval(self, path: str, *, runs: int | None = None, model: str | None = None, strategy: str = "plain",
+             compare: str | None = None, behaviour: bool = False, batch: bool = False, resume: str | None = None,
+             on_progress=None):
+        """Activation evals over a prompt set; `compare` is a strategy (plain / forced) or a folder holding other
+        versions of the skills (they shadow the catalog's). Returns the reports (one, or two side by side)."""
+        from skills_magic import evals
+
+        items = evals.load_prompt_set(self._path(path))
+        client = self.client()
+        model_id = self.resolve_model_id(client, model, None)
+        runs = runs or evals.DEFAULT_RUNS
+        variants = [(strategy, None)]
+        if compare:
+            if compare in ("plain", "forced"):
+                variants.append((compare, None))
+            else:
+                variants.append((strategy, self._path(compare)))
+        reports = []
+        for number, (variant_strategy, folder) in enumerate(variants):
+            skills = self._skills_with(folder)
+            if folder is not None:
+                label = self.show_path(folder)
+            elif compare and compare not in ("plain", "forced"):
+                label = "catalog"
+            else:
+                label = variant_strategy
+            if batch:
+                from skills_magic.evals_batch import run_batch_eval
+
+                report = run_batch_eval(skills, client, model_id, items, runs=runs, strategy=variant_strategy,
+                                        label=label, show_path=self.show_path, batch_id=resume if number == 0 else None,
+                                        on_progress=on_progress)
+            else:
+                report = evals.run_eval(skills, client, model_id, items, runs=runs, strategy=variant_strategy,
+                                        label=label, show_path=self.show_path, on_progress=on_progress)
+            if behaviour:
+                report.behaviour = evals.behaviour_evals(skills, client, model_id, items, show_path=self.show_path)
+            reports.append(report)
+        return reports
+
+    def _skills_with(self, folder: str | None) -> list:
+        """The catalog's skills, with those found under `folder` taking precedence (another version of them)."""
+        skills = list(self.scan().skills)
+        if folder is None:
+            return skills
+        other = Catalog([Source("compare", folder, explicit=True)]).scan().skills
+        names = {s.name for s in other}
+        return list(other) + [s for s in skills if s.name not in names]
+
+    def write_skill(self, name: str, text: str, folder: str | None = None):
+        """`%%skill write`: the text becomes NAME/SKILL.md (created or replaced), then validated; the folder is a
+        session source, so the catalog sees the new version at once."""
+        from skills_magic.validate import validate_folder
+
+        root = os.path.join(self.cwd, os.path.expanduser(folder)) if folder else os.path.join(self.cwd, WRITE_FOLDER)
+        target = os.path.join(root, name)
+        os.makedirs(target, exist_ok=True)
+        with open(os.path.join(target, "SKILL.md"), "w", encoding="utf-8") as handle:
+            handle.write(text if text.endswith("\n") else text + "\n")
+        self.catalog.add(root)
+        from skills_magic.validate import load_skill
+
+        # the skill just written (another source may win in the catalog under this name)
+        return validate_folder(target), load_skill(os.path.join(target, "SKILL.md")).skill
 
     def gate(self):
         from skills_magic.gate import Gate

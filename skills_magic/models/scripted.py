@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -89,8 +90,10 @@ class ScriptedModel:
 
     name = "scripted"
 
-    def __init__(self, turns: Sequence[Turn], model: str = "scripted", source: str | None = None):
+    def __init__(self, turns: Sequence[Turn] = (), model: str = "scripted", source: str | None = None,
+                 responder: Callable[[Request], Any] | None = None):
         self.turns = list(turns)
+        self.responder = responder  # answers every request once the declared turns are used up
         self.model = model
         self.source = source
         self.requests: list[Request] = []
@@ -124,6 +127,8 @@ class ScriptedModel:
                 if index not in self._used and not (isinstance(turn, dict) and "when" in turn):
                     self._used.add(index)
                     return index, turn
+        if self.responder is not None:
+            return len(self.requests) - 1, self.responder
         raise ModelError(f"the script has no turn left for request {len(self.requests)} "
                          f"({len(self.turns)} turns declared)", kind="script")
 
@@ -146,3 +151,45 @@ class ScriptedModel:
         if callable(turn):
             turn = turn(request)
         return _message(turn, index + 1, self.model)
+
+
+FORCED_MARK = "go through <available_skills>"  # the forced-evaluation preamble of evals.FORCED_PREAMBLE
+_WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
+STOPWORDS = frozenset(
+    "a an and are as at be by can do does for from has have how i in into is it its of on or that the this to use "
+    "used uses using what when which with you your my me we our all any if then than so not no".split()
+)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 2}
+
+
+def keyword_router(threshold: int = 2) -> Callable[[Request], Any]:
+    """A responder that activates a skill the way measurements say models do: by keyword overlap between the
+    request and a skill's name and description in the catalog (at least `threshold` shared words), else it answers
+    directly. Offline, deterministic, and sensitive to how a description is written: good for teaching evals."""
+
+    def respond(request: Request) -> dict[str, Any]:
+        messages = request.get("messages") or []
+        last = messages[-1]["content"] if messages else ""
+        if isinstance(last, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in last):
+            return {"text": "Done.", "usage": {"input_tokens": 0, "output_tokens": 0}}
+        prompt = last if isinstance(last, str) else " ".join(b.get("text", "") for b in last if isinstance(b, dict))
+        system = " ".join(b.get("text", "") for b in request.get("system") or [] if isinstance(b, dict))
+        needed = threshold
+        if FORCED_MARK in prompt:  # "evaluate each skill, then activate": it looks harder, so one shared word will do
+            prompt = prompt.split("\n\n", 1)[-1]
+            needed = max(1, threshold - 1)
+        wanted = _words(prompt)
+        best, best_score = None, 0
+        for name, description in re.findall(r"<name>\n(.*?)\n</name>\n<description>\n(.*?)\n</description>", system, re.S):
+            score = len(wanted & (_words(description) | _words(name.replace("-", " "))))
+            if score > best_score:
+                best, best_score = name, score
+        if best is not None and best_score >= needed:
+            return {"tool_use": [{"name": "activate_skill", "input": {"name": best}}],
+                    "usage": {"input_tokens": 0, "output_tokens": 0}}
+        return {"text": "I can answer that directly.", "usage": {"input_tokens": 0, "output_tokens": 0}}
+
+    return respond
