@@ -3,6 +3,7 @@
   skills-magic validate PATH...           exit 0 all valid, 1 something invalid, 2 usage error
   skills-magic to-prompt PATH...          <available_skills> XML (validated first; same bytes as skills-ref)
   skills-magic list PATH... [--json]      the grouped listing of the skills found under the paths
+  skills-magic lint PATH... [--json]      description lint (exit 0 clean, 1 findings, 2 usage)
   skills-magic ledger check [--db FILE] [--plan SLUG] | NOTEBOOK.ipynb    exit 1 while a prediction is open
   skills-magic ledger export [--db FILE] [--plan SLUG] [--format jsonl|md]
   skills-magic run-notebook NOTEBOOK...   execute notebooks headless and print their outputs
@@ -32,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("paths", nargs="+")
     listing.add_argument("--json", action="store_true")
     listing.add_argument("--budget", type=int, default=0, help="character budget (0: no budget)")
+    lint = sub.add_parser("lint", help="lint skill descriptions (third person, what and when, key terms first, limits)")
+    lint.add_argument("paths", nargs="+")
+    lint.add_argument("--json", action="store_true")
     ledger = sub.add_parser("ledger", help="check or export the experiment ledger")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
     check = ledger_sub.add_parser("check", help="exit 1 while a prediction is open (from the database or a notebook)")
@@ -243,7 +247,27 @@ def _export(ledger, plan: str | None, fmt: str) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"validate": _validate, "to-prompt": _to_prompt, "list": _list, "ledger": _ledger, "run-notebook": _run_notebook}
+def _lint(args) -> int:
+    from skills_magic.lint import exit_code, lint_path
+    from skills_magic.session import display_path
+
+    results = [item for path in args.paths for item in lint_path(path)]
+    if args.json:
+        print(json.dumps({display_path(label): [{"rule": f.rule, "severity": f.severity, "message": f.message} for f in found]
+                          for label, found in results}, indent=1, ensure_ascii=False))
+    else:
+        for label, found in results:
+            shown = display_path(label)
+            if not found:
+                print(f"clean: {shown}")
+            for f in found:
+                print(f"{shown}: {f.severity} [{f.rule}] {f.message}")
+        clean = sum(1 for _, found in results if not found)
+        print(f"{clean} of {len(results)} descriptions clean")
+    return exit_code(results)
+
+
+COMMANDS = {"lint": _lint, "validate": _validate, "to-prompt": _to_prompt, "list": _list, "ledger": _ledger, "run-notebook": _run_notebook}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
