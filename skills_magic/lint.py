@@ -80,7 +80,7 @@ _PERSON = re.compile(
     r")(?![\w'’/-]|\.\w)",
     re.IGNORECASE,
 )
-_ROMAN_ONE = re.compile(r"\b(?:phase|type|part|class|stage|grade|level|tier|chapter|section|schedule|title|war)\s+$", re.I)
+_ROMAN_ONE = re.compile(r"\b(?:phase|type|part|class|stage|grade|level|tier|chapter|section|schedule|title|war)\s+$", re.IGNORECASE)
 
 # Quoted text is someone else's voice, usually the user's words a description should match ("make me a GIF"):
 # double quotes, curly quotes, backticks, and single quotes that open after a non-letter (not an apostrophe).
@@ -94,7 +94,7 @@ _BOILERPLATE = re.compile(
 )
 
 # An opening or closing tag, `<example>`, `</b>`, `<br/>`, `<a href="x">`; never `a < b`, `<=`, `<-` or `<3`.
-_TAG = re.compile(r"</?[^>]*(?:\s+[^<>]*)?/?>")
+_TAG = re.compile(r"</?[A-Za-z][\w.:-]*(?:\s+[^<>]*)?/?>")
 
 
 def _collapse(text: str) -> str:
@@ -249,12 +249,12 @@ def count_by_rule(results: list[tuple[str, list[Finding]]]) -> dict[str, int]:
 
 
 __all__ = [
-    "Finding",
     "LISTING_CUT",
     "MIN_DESCRIPTION_LENGTH",
     "RESERVED_WORDS",
     "RULES",
     "WHEN_CLAUSES",
+    "Finding",
     "count_by_rule",
     "exit_code",
     "lint_description",
