@@ -93,16 +93,9 @@ def _items(data: Any, origin: str) -> list[EvalItem]:
 
 
 def load_prompt_set(path: str | os.PathLike) -> list[EvalItem]:
-    path = os.fspath(path)
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    if path.endswith(".json"):
-        data = json.loads(text)
-    else:
-        import yaml
+    from skills_magic.datafiles import read_yaml_or_json
 
-        data = yaml.safe_load(text)
-    return _items(data, os.path.basename(path))
+    return _items(read_yaml_or_json(path), os.path.basename(os.fspath(path)))
 
 
 @dataclass

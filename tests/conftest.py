@@ -26,6 +26,18 @@ def corpus_skill_folders(corpus) -> list[Path]:
     return sorted(p.parent for p in corpus.rglob("*") if p.name in ("SKILL.md", "skill.md") and p.is_file())
 
 
+@pytest.fixture(scope="session")
+def ip():
+    """The process-wide IPython shell (created once; shared by every test module that drives magics)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if InteractiveShell.initialized():
+        return InteractiveShell.instance()
+    from IPython.testing.globalipapp import start_ipython
+
+    return start_ipython() or InteractiveShell.instance()
+
+
 @pytest.fixture
 def sample_skills() -> Path:
     return REPO / "sample-skills"

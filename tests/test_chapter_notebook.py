@@ -3,7 +3,6 @@ Example 48.2 trace rows are measurements of what was actually read and sent."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path

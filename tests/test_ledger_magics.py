@@ -10,7 +10,6 @@ import sqlite3
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 from skills_magic.display import LedgerEntryView, LedgerStateView, ModelView, RunView
 from skills_magic.magics import SkillsMagics, unregister
@@ -26,15 +25,6 @@ TURNS = """turns:
         input: {action: verdict, prediction: P1, outcome: confirmed}
   - text: Recorded what I could.
 """
-
-
-@pytest.fixture(scope="module")
-def ip():
-    if InteractiveShell.initialized():
-        return InteractiveShell.instance()
-    from IPython.testing.globalipapp import start_ipython
-
-    return start_ipython() or InteractiveShell.instance()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 from skillfiles import make_skill
 from skills_magic import load_ipython_extension, unload_ipython_extension
@@ -38,16 +37,6 @@ MARKER = re.compile(
 
 
 # --- the shell and a fresh magics instance per test --------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def ip():
-    """The process-wide IPython shell (created once; reused if another test module made it first)."""
-    if InteractiveShell.initialized():
-        return InteractiveShell.instance()
-    from IPython.testing.globalipapp import start_ipython
-
-    return start_ipython() or InteractiveShell.instance()
 
 
 @pytest.fixture

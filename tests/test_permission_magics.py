@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 from IPython.core.error import StdinNotImplementedError, UsageError
-from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 from skillfiles import make_skill
@@ -32,15 +31,6 @@ def write(folder: Path, relative: str, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def ip():
-    if InteractiveShell.initialized():
-        return InteractiveShell.instance()
-    from IPython.testing.globalipapp import start_ipython
-
-    return start_ipython() or InteractiveShell.instance()
 
 
 @pytest.fixture

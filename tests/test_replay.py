@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 from fake_anthropic import FakeMessagesAPI, text_message, tool_message, usage
 from skillfiles import make_skill
@@ -360,15 +359,6 @@ def test_replaying_a_missing_cassette_names_it(project):
 
 
 # --- through the magic -------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def ip():
-    if InteractiveShell.initialized():
-        return InteractiveShell.instance()
-    from IPython.testing.globalipapp import start_ipython
-
-    return start_ipython() or InteractiveShell.instance()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 from skills_magic.display import RunView
 from skills_magic.magics import SkillsMagics, unregister
@@ -24,15 +23,6 @@ TURNS = """turns:
   - text: "**Done.**"
     usage: {input_tokens: 200, output_tokens: 20, cache_read_input_tokens: 90}
 """
-
-
-@pytest.fixture(scope="module")
-def ip():
-    if InteractiveShell.initialized():
-        return InteractiveShell.instance()
-    from IPython.testing.globalipapp import start_ipython
-
-    return start_ipython() or InteractiveShell.instance()
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import yaml
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 from skillfiles import make_skill
 
 from skills_magic import verify as v
@@ -704,15 +703,6 @@ CELL = """\
   quote: "rain_mm: 0.0, n/a, 2.4, 1.1"
 """
 OUTCOMES = ["confirmed", "refuted", "unverified"]
-
-
-@pytest.fixture(scope="module")
-def ip():
-    if InteractiveShell.initialized():
-        return InteractiveShell.instance()
-    from IPython.testing.globalipapp import start_ipython
-
-    return start_ipython() or InteractiveShell.instance()
 
 
 @pytest.fixture

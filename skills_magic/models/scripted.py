@@ -34,15 +34,10 @@ class TurnsError(ValueError):
 
 def load_turns(path: str | os.PathLike) -> list[Turn]:
     """Turns from a .json, .yaml or .yml file: a list, or a mapping with a `turns` list."""
-    path = os.fspath(path)
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    if path.endswith(".json"):
-        data = json.loads(text)
-    else:
-        import yaml
+    from skills_magic.datafiles import read_yaml_or_json
 
-        data = yaml.safe_load(text)
+    path = os.fspath(path)
+    data = read_yaml_or_json(path)
     turns = data.get("turns") if isinstance(data, dict) else data
     if not isinstance(turns, list):
         raise TurnsError(f"{path}: expected a list of turns, or a mapping with a `turns` list")
