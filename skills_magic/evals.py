@@ -61,7 +61,7 @@ def _items(data: Any, origin: str) -> list[EvalItem]:
             raise PromptSetError(f"{origin}: item {number} is not a mapping")
         ident = str(raw.get("id") or f"{number}")
         if "prompt" in raw:  # our format
-            expected = tuple(raw.get("expected") or ())
+            expected = _names(raw.get("expected"))
             expect_none = bool(raw.get("expect_none", raw.get("expectNone", not expected)))
             category = str(raw.get("category") or ("negative" if expect_none else "direct"))
             prompt = raw["prompt"]
@@ -74,7 +74,7 @@ def _items(data: Any, origin: str) -> list[EvalItem]:
             category = str(raw.get("category") or ("direct" if raw["should_trigger"] else "negative"))
             prompt = raw.get("query")
         elif "query" in raw:  # the specification's evaluation structure
-            expected = tuple(raw.get("skills") or ())
+            expected = _names(raw.get("skills"))
             expect_none = not expected
             category = str(raw.get("category") or ("negative" if expect_none else "direct"))
             prompt = raw["query"]
@@ -86,10 +86,21 @@ def _items(data: Any, origin: str) -> list[EvalItem]:
             raise PromptSetError(f"{origin}: item {number}: category must be one of {', '.join(CATEGORIES)}")
         items.append(EvalItem(ident, prompt, tuple(map(str, expected)), expect_none, category,
                               tuple(map(str, raw.get("files") or ())), tuple(map(str, raw.get("expected_behavior") or ()))))
-    ids = [i.id for i in items]
-    if len(set(ids)) != len(ids):
-        raise PromptSetError(f"{origin}: item ids must be unique")
+    seen: set[str] = set()
+    for item in items:
+        if item.id in seen:
+            raise PromptSetError(f"{origin}: item id {item.id!r} is used twice; ids must be unique")
+        seen.add(item.id)
     return items
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """Skill names: a list, or one name written on its own (never split into letters)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(map(str, value))
 
 
 def load_prompt_set(path: str | os.PathLike) -> list[EvalItem]:
@@ -293,11 +304,12 @@ def behaviour_evals(skills: Sequence[Skill], client: ModelClient, model_id: str,
             for skill in item.expected or ("(none)",):
                 row = table.setdefault(skill, {"with": [0, 0], "without": [0, 0], "unjudged": 0, "reasons": []})
                 key = "with" if available else "without"
-                if verdicts is None:
+                if verdicts is None:  # no usable judgement: counted apart, never as a pass or a fail
                     row["unjudged"] += 1
                     continue
-                row[key][0] += sum(v.passed for v in verdicts)
-                row[key][1] += len(verdicts)
+                judged = verdicts[: len(item.expected_behavior)]
+                row[key][0] += sum(v.passed for v in judged)
+                row[key][1] += len(item.expected_behavior)  # a behaviour the judge skipped counts, as not passed
                 row["reasons"] += [f"{item.id} {key}: {'pass' if v.passed else 'fail'}: {v.behavior}: {v.reason}" for v in verdicts]
     for row in table.values():
         for key in ("with", "without"):

@@ -29,10 +29,13 @@ def run_batch_eval(skills: Sequence[Skill], client, model_id: str, items: Sequen
             requests[custom_id(index, run)] = agent.request([{"role": "user", "content": [{"type": "text", "text": prompt_text(item, strategy)}]}])
     total = len(requests)
 
+    shown = [0]
+
     def progress(counts: dict) -> None:
         if on_progress is not None:
             done = sum(int(counts.get(k) or 0) for k in ("succeeded", "errored", "canceled", "expired"))
-            on_progress(min(done, total), total)
+            shown[0] = max(shown[0], min(done, total))  # a retry round counts from 0 again: the bar never goes back
+            on_progress(shown[0], total)
 
     options = {"batch_id": batch_id, "on_progress": progress, "poll_seconds": POLL_SECONDS if poll_seconds is None else poll_seconds}
     if sleep is not None:

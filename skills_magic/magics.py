@@ -73,7 +73,7 @@ def _build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--compare")
     evaluate.add_argument("--behaviour", "--behavior", action="store_true")
     evaluate.add_argument("--batch", action="store_true")
-    evaluate.add_argument("--resume", help="a batch id to resume after a kernel restart (with --batch)")
+    evaluate.add_argument("--resume", help="the batch ids to resume after a kernel restart, comma-separated (with --batch)")
     evaluate.add_argument("--chart", help="also save the bar chart as this SVG file")
     lint = sub.add_parser("lint", add_help=False)
     lint.add_argument("name", nargs="?")
@@ -563,7 +563,10 @@ class SkillsMagics(Magics):
             raise UsageError("usage: %%skill write NAME [--dir PATH]; the cell body is the SKILL.md")
         if "/" in name or name in (".", "..") or not name.strip():
             raise UsageError(f"{name!r} is not a skill folder name")
-        verdict, skill = self.session.write_skill(name, cell, folder)
+        try:
+            verdict, skill = self.session.write_skill(name, cell, folder)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
         from skills_magic.lint import lint_skill
 
         return display.WrittenView(name, verdict, lint_skill(skill) if skill is not None else [], self._show_path)

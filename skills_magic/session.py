@@ -362,8 +362,15 @@ class SkillsSession:
         versions of the skills (they shadow the catalog's). Returns the reports (one, or two side by side)."""
         from skills_magic import evals
 
+        if resume and not batch:
+            raise ValueError("--resume continues a batch run: add --batch")
         items = evals.load_prompt_set(self._path(path))
         client = self.client()
+        if batch and client.name != "anthropic":
+            raise ValueError(f"--batch sends requests through the Message Batches API: it needs the Anthropic client "
+                             f"(ANTHROPIC_API_KEY, or %skills model anthropic), not {client.name!r}")
+        if isinstance(resume, str) and "," in resume:
+            resume = [part.strip() for part in resume.split(",") if part.strip()]  # every batch of the run, retries too
         model_id = self.resolve_model_id(client, model, None)
         runs = runs or evals.DEFAULT_RUNS
         variants = [(strategy, None)]
@@ -411,9 +418,12 @@ class SkillsSession:
 
         root = os.path.join(self.cwd, os.path.expanduser(folder)) if folder else os.path.join(self.cwd, WRITE_FOLDER)
         target = os.path.join(root, name)
-        os.makedirs(target, exist_ok=True)
-        with open(os.path.join(target, "SKILL.md"), "w", encoding="utf-8") as handle:
-            handle.write(text if text.endswith("\n") else text + "\n")
+        try:
+            os.makedirs(target, exist_ok=True)
+            with open(os.path.join(target, "SKILL.md"), "w", encoding="utf-8") as handle:
+                handle.write(text if text.endswith("\n") else text + "\n")
+        except OSError as error:
+            raise ValueError(f"cannot write {os.path.relpath(target, self.cwd)}/SKILL.md: {error.strerror or error}") from None
         self.catalog.add(root)
         from skills_magic.validate import load_skill
 
