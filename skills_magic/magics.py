@@ -321,6 +321,7 @@ class SkillsMagics(Magics):
         return self._policy(args)
 
     def _policy(self, args):
+        self.session.policy.refresh()
         states = []
         for skill in self.session.scan().skills:
             entry = self.session.manifest.entry(skill.name)

@@ -85,6 +85,18 @@ class Policy:
 
     rules: list[Rule] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    _file: tuple[str, tuple[int, int] | None, list[Rule], list[str]] | None = field(default=None, repr=False)
+
+    def refresh(self) -> None:
+        """Re-read the project's policy file when it changed on disk (edited, created or removed)."""
+        if self._file is None:
+            return
+        path, signature, rules, problems = self._file
+        if _signature(path) == signature:
+            return
+        self.rules = [r for r in self.rules if r not in rules]
+        self.problems = [p for p in self.problems if p not in problems]
+        self.load_file(path)
 
     def add(self, rule: Rule) -> Rule:
         if rule not in self.rules:
@@ -93,6 +105,7 @@ class Policy:
 
     def decide(self, skill: str, path: str) -> Decision:
         """Deny first, then allow, then ask."""
+        self.refresh()
         for kind in ("deny", "allow"):
             for rule in self.rules:
                 if rule.kind == kind and rule.matches(skill, path):
@@ -111,7 +124,17 @@ class Policy:
 
     def load_file(self, path: str) -> None:
         """Rules from a project's `skills-policy.yaml`: `allow:` and `deny:` lists of `SKILL:PATH` strings, or of
-        mappings `{rule: SKILL:PATH, env: [VAR, ...]}`. Bad entries are reported, never fatal."""
+        mappings `{rule: SKILL:PATH, env: [VAR, ...]}`. Bad entries are reported, never fatal. The file is read
+        again whenever it changes."""
+        rules_before, problems_before = list(self.rules), list(self.problems)
+        try:
+            self._load_file(path)
+        finally:
+            added = [r for r in self.rules if r not in rules_before]
+            reported = [p for p in self.problems if p not in problems_before]
+            self._file = (path, _signature(path), added, reported)
+
+    def _load_file(self, path: str) -> None:
         if not os.path.isfile(path):
             return
         import yaml
@@ -144,6 +167,14 @@ class Policy:
                 self.add(parse_rule(kind, text, origin))
             except RuleError as error:
                 self.problems.append(str(error))
+
+
+def _signature(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def pre_approval_hint(skill: str, path: str) -> str:

@@ -308,3 +308,24 @@ def test_a_rule_from_a_cloned_repository_sits_beside_the_users(tmp_path: Path):
     session.add_rule("deny", "x:scripts/run.py")
     assert session.policy.decide("x", "scripts/run.py").rule.origin == "%skills deny"
     assert session.policy.decide("x", "scripts/other.py").rule.origin == POLICY_FILE
+
+
+def test_the_project_policy_file_is_read_again_when_it_changes(tmp_path):
+    import os
+
+    from skills_magic.policy import Policy
+
+    path = tmp_path / "skills-policy.yaml"
+    path.write_text("allow:\n  - x:scripts/*\n", encoding="utf-8")
+    policy = Policy()
+    policy.extend("allow", ["y:run.py"], "%skills allow")
+    policy.load_file(str(path))
+    assert policy.decide("x", "scripts/a.py").verdict == "allow"
+    path.write_text("deny:\n  - x:scripts/*\nallow:\n  - '*:everything'\n", encoding="utf-8")
+    os.utime(path, ns=(1, 1))  # a different mtime even on a coarse clock
+    assert policy.decide("x", "scripts/a.py").verdict == "deny"
+    assert [r.text for r in policy.rules] == ["y:run.py", "x:scripts/*"]  # the user's rule kept, the old file rule gone
+    assert any("wildcard" in p for p in policy.problems)
+    path.unlink()
+    assert policy.decide("x", "scripts/a.py").verdict == "ask" and policy.problems == []
+    assert policy.decide("y", "run.py").verdict == "allow"
