@@ -175,7 +175,7 @@ class CatalogScan:
     shadowed: tuple[Shadowed, ...]
     skipped: tuple[LoadResult, ...]  # SKILL.md files that could not be loaded
     diagnostics: tuple[Diagnostic, ...]  # every diagnostic, per-skill ones included
-    counts: dict[str, int] = field(default_factory=dict)  # skills found per source root
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)  # SKILL.md files found per (label, root)
     files_found: int = 0
 
     def get(self, name: str) -> Skill | None:
@@ -280,9 +280,10 @@ class Catalog:
         shadowed: list[Shadowed] = []
         skipped: list[LoadResult] = []
         diagnostics = list(walk_diagnostics)
-        counts: dict[str, int] = {}
+        counts: dict[tuple[str, str], int] = {}
         for source, path, result, identity in results:
-            counts[source.root] = counts.get(source.root, 0) + 1
+            key = (source.label, source.root)  # one folder may be two sources (session and project): count each
+            counts[key] = counts.get(key, 0) + 1
             if identity is not None:
                 if identity in seen_files:
                     diagnostics.append(Diagnostic("duplicate", f"the same file was already found in {seen_files[identity]}; listed once", path))

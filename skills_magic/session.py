@@ -122,7 +122,7 @@ class SkillsSession:
 
     def sources(self) -> list[SourceStatus]:
         scan = self.scan()
-        return [SourceStatus(s, os.path.isdir(s.root), scan.counts.get(s.root, 0)) for s in self.catalog.sources]
+        return [SourceStatus(s, os.path.isdir(s.root), scan.counts.get((s.label, s.root), 0)) for s in self.catalog.sources]
 
     def diagnostics(self, severity: str | None = None, code: str | None = None) -> list[Diagnostic]:
         return [

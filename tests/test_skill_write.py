@@ -223,3 +223,19 @@ def test_a_dir_that_is_a_file_is_a_usage_error(ip, magics, tmp_path):
 
     with pytest.raises(UsageError):
         write(ip, "tea-notes --dir notes.txt", TEA)
+
+
+def test_a_folder_that_is_both_a_session_and_a_project_source_counts_its_skill_once_per_source(ip, tmp_path, monkeypatch):
+    from skills_magic.magics import SkillsMagics, unregister
+
+    monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "project")
+    monkeypatch.chdir(tmp_path)
+    instance = SkillsMagics(shell=ip)
+    ip.register_magics(instance)
+    try:
+        ip.run_cell_magic("skill", "write only-one --dir skills",
+                          "---\nname: only-one\ndescription: Does one thing. Use when testing source counts.\n---\nbody\n")
+        rows = {(r["label"], r["folder"]): r["skills"] for r in ip.run_line_magic("skills", "sources").data()["sources"]}
+    finally:
+        unregister(ip)
+    assert rows[("session", "skills")] == 1 and rows[("project", "skills")] == 1
