@@ -83,6 +83,7 @@ class RunResult:
     interrupted: bool = False
     system: str = ""
     ledger_entries: list[Any] = field(default_factory=list)  # entries the model wrote through the experiment tool
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # files scripts left in their scratch folders
 
     @property
     def ok(self) -> bool:

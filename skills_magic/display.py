@@ -344,6 +344,9 @@ class RunView(View):
         parts = [self.result.final_text.rstrip() or "(no answer)"]
         if self.result.tool_calls:
             parts.append("tool calls:\n" + "\n".join(f"  {line}" for line in self._calls()))
+        if self.result.outputs:
+            parts.append("files the scripts wrote (in their scratch folders):\n"
+                         + "\n".join(f"  {o['script']}: {o['path']} ({o['bytes']:,} bytes)" for o in self.result.outputs))
         if self.result.ledger_entries:
             parts.append("ledger entries written by the model:\n" + "\n".join(f"  {e.plan} {e.summary()}" for e in self.result.ledger_entries))
         parts.append(self._status())
@@ -385,10 +388,14 @@ class RunView(View):
             "usage": dict(r.usage),
             "trace": [e.to_dict() for e in r.trace],
             "ledger_entries": [e.to_dict() for e in r.ledger_entries],
+            "outputs": [{k: o[k] for k in ("script", "path", "bytes")} for o in r.outputs],
         }
 
     def metadata(self) -> dict[str, Any]:
-        return {} if self.seconds is None else {"seconds": round(self.seconds, 6)}
+        meta: dict[str, Any] = {} if self.seconds is None else {"seconds": round(self.seconds, 6)}
+        if self.result.outputs:  # where the files are on this machine: volatile, so not in the data
+            meta["output_files"] = [o["file"] for o in self.result.outputs]
+        return meta
 
 
 class ModelView(View):
@@ -402,6 +409,13 @@ class ModelView(View):
 
     def data(self) -> dict[str, Any]:
         return {"client": self.client_name, "model": self.model_id, "detail": self.detail}
+
+
+def _sandbox_state() -> dict[str, Any]:
+    from skills_magic.sandbox import availability
+
+    ok, why = availability()
+    return {"available": ok, "detail": why}
 
 
 class PolicyView(View):
@@ -420,6 +434,10 @@ class PolicyView(View):
             lines += ["rules not accepted:"] + [f"  ! {p}" for p in self.problems]
         lines.append("skills.lock:")
         lines += [f"  {name}: {state}" for name, state in self.skills_state]
+        from skills_magic.sandbox import availability
+
+        ok, why = availability()
+        lines.append(f"sandbox: {why}" if ok else f"sandbox: NONE: {why}; scripts are refused unless a rule allows --unsandboxed")
         return "\n".join(lines)
 
     def data(self) -> dict[str, Any]:
@@ -427,6 +445,7 @@ class PolicyView(View):
             "rules": [{"kind": r.kind, "rule": r.text, "origin": r.origin, "env": list(r.env)} for r in self.rules],
             "problems": self.problems,
             "manifest": dict(self.skills_state),
+            "sandbox": _sandbox_state(),
         }
 
 

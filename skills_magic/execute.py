@@ -17,8 +17,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_TIMEOUT_SECONDS = 60.0  # a helper script that runs longer is stuck, not thorough
+SCRATCH_CHECK_SECONDS = 0.02  # how often a sandboxed run's scratch folder is measured against its cap
 MAX_OUTPUT_BYTES = 1024 * 1024  # per stream; more is cut (and said to be cut) so a chatty script cannot flood a cell
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 SECRET_PREFIXES = ("ANTHROPIC_", "OPENAI_", "AWS_", "AZURE_", "GOOGLE_", "GH_", "GITHUB_")
@@ -40,6 +42,10 @@ class ScriptRun:
     truncated: bool
     sha256: str  # digest of the script's bytes as run
     stdin_bytes: int
+    sandboxed: bool = False
+    scratch: str | None = None  # the run's scratch folder ($SKILLS_MAGIC_OUTPUT), when it had one
+    outputs: tuple[tuple[str, int], ...] = ()  # files left in the scratch folder: (relative path, size)
+    stopped: str | None = None  # why the run was stopped early (the scratch cap), if it was
 
 
 def clean_environment(environ: Mapping[str, str] | None = None, granted: Sequence[str] = ()) -> dict[str, str]:
@@ -75,6 +81,22 @@ def command_for(target: str, arguments: Sequence[str]) -> list[str]:
     raise ScriptError(f"{os.path.basename(target)} is not a .py or .sh file and has no run bit")
 
 
+def _check_interpreter(target: str, label: str) -> None:
+    """A script whose #! names a missing interpreter cannot start: say so before starting (inside a sandbox the
+    failure would only be the sandbox's exit code)."""
+    if target.endswith((".py", ".sh")):
+        return
+    try:
+        with open(target, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return
+    if first.startswith(b"#!"):
+        parts = first[2:].decode("utf-8", "replace").split()
+        if parts and os.path.isabs(parts[0]) and not os.path.exists(parts[0]):
+            raise ScriptError(f"{label} cannot be started: No such file or directory")
+
+
 class _Capped:
     """Reads a pipe to its end in a thread, keeping the first MAX_OUTPUT_BYTES (the rest is counted, not kept)."""
 
@@ -101,20 +123,26 @@ class _Capped:
 
 def run_script(folder: str, path: str, arguments: Sequence[str] = (), stdin: str = "",
                timeout: float = DEFAULT_TIMEOUT_SECONDS, environ: Mapping[str, str] | None = None,
-               granted_env: Sequence[str] = ()) -> ScriptRun:
+               granted_env: Sequence[str] = (), sandbox: tuple[Any, str, int] | None = None) -> ScriptRun:
     """Run `path` (relative to the skill folder) to completion or timeout; never through a shell."""
     target = resolve_script(folder, path)
     try:
         digest = _digest(target)
     except OSError as error:  # deleted or made unreadable since it was listed
         raise ScriptError(f"{path!r} cannot be read: {error.strerror or error}") from None
+    _check_interpreter(target, path)
     return run_command(command_for(target, [str(a) for a in arguments]), folder, path, tuple(arguments), stdin,
-                       timeout, clean_environment(environ, granted_env), digest)
+                       timeout, clean_environment(environ, granted_env), digest, sandbox)
 
 
 def run_command(command: list[str], folder: str, label: str, arguments: tuple[str, ...], stdin: str, timeout: float,
-                env: dict[str, str], digest: str) -> ScriptRun:
+                env: dict[str, str], digest: str, sandbox: tuple[Any, str, int] | None = None) -> ScriptRun:
+    """Run argv to completion or timeout. With `sandbox` = (wrap, scratch, cap), the argv is wrapped in the sandbox,
+    the scratch folder is watched, and a run that fills it past `cap` bytes is stopped."""
     data = stdin.encode("utf-8")
+    if sandbox is not None:
+        wrap, scratch, cap = sandbox
+        command = wrap(command)
     started = time.perf_counter()
     try:
         process = subprocess.Popen(command, cwd=os.path.realpath(folder), stdin=subprocess.PIPE,
@@ -124,6 +152,9 @@ def run_command(command: list[str], folder: str, label: str, arguments: tuple[st
         raise ScriptError(f"{label} cannot be started: {error.strerror or error}") from None
     out, err = _Capped(process.stdout), _Capped(process.stderr)
     timed_out = False
+    stopped: list[str] = []
+    if sandbox is not None:
+        _watch_scratch(process, scratch, cap, stopped)
     try:
         try:
             process.stdin.write(data)
@@ -140,6 +171,8 @@ def run_command(command: list[str], folder: str, label: str, arguments: tuple[st
     _kill_group(process)  # a child the script left behind does not outlive it
     stdout, cut_out = out.text()
     stderr, cut_err = err.text()
+    from skills_magic.sandbox import outputs
+
     return ScriptRun(
         script=label,
         arguments=arguments,
@@ -151,7 +184,26 @@ def run_command(command: list[str], folder: str, label: str, arguments: tuple[st
         truncated=cut_out or cut_err,
         sha256=digest,
         stdin_bytes=len(data),
+        sandboxed=sandbox is not None,
+        scratch=scratch if sandbox is not None else None,
+        outputs=tuple(outputs(scratch)) if sandbox is not None else (),
+        stopped=stopped[0] if stopped else None,
     )
+
+
+def _watch_scratch(process: subprocess.Popen, scratch: str, cap: int, stopped: list[str]) -> None:
+    """Stop the run when its scratch folder grows past `cap` bytes (checked every few milliseconds)."""
+    from skills_magic.sandbox import folder_size
+
+    def watch() -> None:
+        while process.poll() is None:
+            if folder_size(scratch) > cap:
+                stopped.append(f"stopped: the scratch folder grew past its cap of {cap:,} bytes")
+                _kill_group(process)
+                return
+            time.sleep(SCRATCH_CHECK_SECONDS)
+
+    threading.Thread(target=watch, name="skills-magic-scratch-cap", daemon=True).start()
 
 
 def _kill_group(process: subprocess.Popen) -> None:

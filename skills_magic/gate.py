@@ -12,11 +12,12 @@ import datetime
 import glob
 import os
 import re
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from skills_magic import execute
+from skills_magic import execute, sandbox
 from skills_magic.disclosure import INLINE_SHELL
 from skills_magic.execute import (
     ScriptError,
@@ -56,6 +57,8 @@ class PermissionRequest:
             f"  arguments {list(self.arguments)}",
             f"  stdin     {self.stdin_bytes:,} bytes",
         ]
+        ok, why = sandbox.availability()
+        lines.append(f"  sandbox   {'yes: ' + why if ok else 'NONE: ' + why}")
         if self.allowed_tools:
             lines.append(f"  the skill requests allowed-tools: {self.allowed_tools} (a request, not a grant)")
         return "\n".join(lines)
@@ -88,11 +91,27 @@ def _now() -> str:
 
 class Gate:
     def __init__(self, policy: Policy, manifest: Manifest, audit: Callable[[dict[str, Any]], None],
-                 timeout: float | None = None):
+                 timeout: float | None = None, scratch_root: str | None = None, scratch_cap: int | None = None):
         self.policy = policy
         self.manifest = manifest
         self.audit = audit
         self.timeout = timeout if timeout is not None else execute.DEFAULT_TIMEOUT_SECONDS
+        self.scratch_root = scratch_root or tempfile.gettempdir()
+        self.scratch_cap = scratch_cap if scratch_cap is not None else sandbox.SCRATCH_CAP_BYTES
+
+    def _sandbox(self, skill: str, subject: str, folder: str) -> tuple[Any, str | None]:
+        """(the sandbox for run_command, None), or (None, None) for an allowed unsandboxed run, or (None, refusal)."""
+        grants = self.policy.grants(skill, subject)
+        ok, why = sandbox.availability()
+        if ok:
+            os.makedirs(self.scratch_root, exist_ok=True)
+            scratch = tempfile.mkdtemp(prefix="run-", dir=self.scratch_root)
+            return (lambda command: sandbox.wrap(command, folder, scratch, grants), scratch, self.scratch_cap), None
+        if grants.unsandboxed:
+            return None, None
+        hint = pre_approval_hint(skill, subject).replace("%skills allow ", "")
+        return None, (f"refused: no sandbox can be made here ({why}); to run it without one anyway: "
+                      f"%skills allow {hint} --unsandboxed")
 
     def _decide(self, request: PermissionRequest, asker: Asker, requested_by: str) -> tuple[bool, str]:
         decision = self.policy.decide(request.skill, request.path)
@@ -148,14 +167,19 @@ class Gate:
                      decided_by=decided_by)
         if not allowed:
             return Outcome(False, decided_by, error=f"denied: {decided_by}")
+        box, refusal = self._sandbox(skill.name, path, skill.folder)
+        if refusal:
+            self._record("decision", skill.name, path, digest=script_digest, decision="deny", decided_by="the sandbox",
+                         detail=refusal)
+            return Outcome(False, "the sandbox", error=refusal)
         try:
             run = run_script(skill.folder, path, arguments, stdin, timeout=self.timeout,
-                             granted_env=self.policy.granted_env(skill.name, path))
+                             granted_env=self.policy.granted_env(skill.name, path), sandbox=box)
         except ScriptError as error:
             self._record("run", skill.name, path, digest=script_digest, detail=str(error))
             return Outcome(True, decided_by, error=str(error))
         self._record("run", skill.name, path, digest=run.sha256, exit_code=run.exit_code, seconds=round(run.seconds, 6),
-                     detail="timed out" if run.timed_out else ("output cut" if run.truncated else None))
+                     detail=run.stopped or ("timed out" if run.timed_out else ("output cut" if run.truncated else None)))
         return Outcome(True, decided_by, run=run)
 
     def run_check(self, owner: str, command: str, folder: str, asker: Asker, timeout: float | None = None) -> Outcome:
@@ -167,9 +191,12 @@ class Gate:
         self._record("decision", owner, subject, decision="allow" if allowed else "deny", decided_by=decided_by)
         if not allowed:
             return Outcome(False, decided_by, error=f"denied: {decided_by}")
+        box, refusal = self._sandbox(owner, subject, folder)
+        if refusal:
+            return Outcome(False, "the sandbox", error=refusal)
         try:
             run = run_command(["bash", "-c", command], folder, subject, (), "", timeout or self.timeout,
-                              clean_environment(granted=self.policy.granted_env(owner, subject)), "-")
+                              clean_environment(granted=self.policy.granted_env(owner, subject)), "-", box)
         except ScriptError as error:
             return Outcome(True, decided_by, error=str(error))
         self._record("run", owner, subject, exit_code=run.exit_code, seconds=round(run.seconds, 6),
@@ -192,9 +219,12 @@ class Gate:
             self._record("decision", skill.name, subject, decision="allow" if allowed else "deny", decided_by=decided_by)
             if not allowed:
                 return f"[denied: !`{command}`: {decided_by}]"
+            box, refusal = self._sandbox(skill.name, subject, skill.folder)
+            if refusal:
+                return f"[denied: !`{command}`: {refusal}]"
             try:
                 run = run_command(["bash", "-c", command], skill.folder, subject, (), "", INLINE_TIMEOUT_SECONDS,
-                                  clean_environment(granted=self.policy.granted_env(skill.name, subject)), "-")
+                                  clean_environment(granted=self.policy.granted_env(skill.name, subject)), "-", box)
             except ScriptError as error:
                 return f"[failed: !`{command}`: {error}]"
             self._record("run", skill.name, subject, exit_code=run.exit_code, seconds=round(run.seconds, 6))

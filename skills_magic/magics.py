@@ -82,6 +82,9 @@ def _build_parser() -> argparse.ArgumentParser:
         rule.add_argument("rule", nargs="+", help="SKILL:PATH-PATTERN, e.g. source-verification:scripts/* (spaces allowed)")
         if kind == "allow":
             rule.add_argument("--env", action="append", default=[], help="a secret-looking variable the script may see")
+            rule.add_argument("--network", action="store_true", help="the sandbox keeps the network on for these runs")
+            rule.add_argument("--write", action="append", default=[], help="a path the script may write besides its scratch")
+            rule.add_argument("--unsandboxed", action="store_true", help="run even where no sandbox can be made")
     sub.add_parser("policy", add_help=False)
     review = sub.add_parser("review", add_help=False)
     review.add_argument("name")
@@ -246,7 +249,8 @@ class SkillsMagics(Magics):
         %skills diagnostics [--severity S] [--code C] [--json]
         %skills model [auto | anthropic [ID] | scripted FILE | keywords | replay CASSETTE | ID]   the model runs use
         %skills trace                                         the load trace of the last run
-        %skills allow SKILL:PATH [--env VAR]                  let scripts matching the rule run (deny rules win)
+        %skills allow SKILL:PATH [--env VAR] [--network] [--write PATH] [--unsandboxed]
+                                                              let scripts matching the rule run (deny rules win)
         %skills deny SKILL:PATH                               never let scripts matching the rule run
         %skills policy                                        the rules, where each came from, the review state
         %skills review NAME [--yes]                           files, digests and changes; accept them into skills.lock
@@ -313,7 +317,8 @@ class SkillsMagics(Magics):
         return {"o": "once", "once": "once", "a": "always", "always": "always"}.get(answer.strip().lower(), "deny")
 
     def _allow(self, args):
-        self.session.add_rule("allow", " ".join(args.rule), args.env)
+        self.session.add_rule("allow", " ".join(args.rule), args.env, network=args.network, writable=args.write,
+                              unsandboxed=args.unsandboxed)
         return self._policy(args)
 
     def _deny(self, args):

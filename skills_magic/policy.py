@@ -37,6 +37,9 @@ class Rule:
     pattern: str
     origin: str  # where it came from: "%skills allow", "skills-policy.yaml", "IPython config", "asked: always"
     env: tuple[str, ...] = ()  # secret-looking variables an allow rule lets through to the script
+    network: bool = False  # the sandbox keeps its network namespace off unless a rule grants it
+    writable: tuple[str, ...] = ()  # absolute paths the script may write besides its scratch folder
+    unsandboxed: bool = False  # run even where no sandbox can be made (only ever typed by the user)
 
     @property
     def text(self) -> str:
@@ -46,17 +49,22 @@ class Rule:
         return (self.skill == "*" or self.skill == skill) and fnmatch.fnmatchcase(path, self.pattern)
 
     def __str__(self) -> str:
-        env = f" (env: {', '.join(self.env)})" if self.env else ""
-        return f"{self.kind} {self.text}{env}  [{self.origin}]"
+        grants = [f"env: {', '.join(self.env)}"] if self.env else []
+        grants += ["network"] if self.network else []
+        grants += [f"write: {p}" for p in self.writable]
+        grants += ["unsandboxed"] if self.unsandboxed else []
+        shown = f" ({'; '.join(grants)})" if grants else ""
+        return f"{self.kind} {self.text}{shown}  [{self.origin}]"
 
 
-def parse_rule(kind: str, text: str, origin: str, env: Sequence[str] = (), user_typed: bool = True) -> Rule:
+def parse_rule(kind: str, text: str, origin: str, env: Sequence[str] = (), user_typed: bool = True, *,
+               network: bool = False, writable: Sequence[str] = (), unsandboxed: bool = False) -> Rule:
     if kind not in ("allow", "deny"):
         raise RuleError(f"a rule is `allow` or `deny`, not {kind!r}")
     skill, separator, pattern = str(text).strip().partition(":")
     if not separator:
         if skill == "*" and user_typed:  # `%skills allow *`: everything, typed by the user
-            return Rule(kind, "*", "*", origin, tuple(env))
+            return Rule(kind, "*", "*", origin, tuple(env), network, tuple(writable), unsandboxed)
         raise RuleError(f"{text!r} is not a rule: write SKILL:PATH, e.g. source-verification:scripts/verify.py")
     skill, pattern = skill.strip(), pattern.strip()
     if not skill or not pattern:
@@ -66,7 +74,11 @@ def parse_rule(kind: str, text: str, origin: str, env: Sequence[str] = (), user_
                         f"not from {origin}")
     if pattern.startswith("/") or ".." in pattern.split("/"):
         raise RuleError(f"{text!r}: a path pattern is relative to the skill's folder and stays inside it")
-    return Rule(kind, skill, pattern, origin, tuple(env))
+    if unsandboxed and not user_typed:
+        raise RuleError(f"{text!r}: running unsandboxed is accepted only from %skills allow or IPython config, not from {origin}")
+    if kind == "deny" and (env or network or writable or unsandboxed):
+        raise RuleError(f"{text!r}: a deny rule grants nothing")
+    return Rule(kind, skill, pattern, origin, tuple(env), network, tuple(os.path.abspath(p) for p in writable), unsandboxed)
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,17 @@ class Policy:
                     return Decision(kind, rule)
         return Decision("ask")
 
+    def grants(self, skill: str, path: str):
+        """Everything every matching allow rule grants (nothing when a deny rule matches)."""
+        from skills_magic.sandbox import Grants
+
+        if self.decide(skill, path).verdict != "allow":
+            return Grants()
+        matching = [r for r in self.rules if r.kind == "allow" and r.matches(skill, path)]
+        return Grants(env=self.granted_env(skill, path), network=any(r.network for r in matching),
+                      writable=tuple(dict.fromkeys(p for r in matching for p in r.writable)),
+                      unsandboxed=any(r.unsandboxed for r in matching))
+
     def granted_env(self, skill: str, path: str) -> tuple[str, ...]:
         """Variables every matching allow rule grants (none when a deny rule matches)."""
         if self.decide(skill, path).verdict != "allow":
@@ -156,8 +179,13 @@ class Policy:
                 if not isinstance(env, list):
                     self.problems.append(f"{origin}: `env` of {text!r} must be a list of variable names")
                     continue
+                extra = entry if isinstance(entry, dict) else {}
+                writable = extra.get("write") or []
+                writable = [writable] if isinstance(writable, str) else writable
                 try:
-                    self.add(parse_rule(kind, text, origin, [str(v) for v in env], user_typed=False))
+                    self.add(parse_rule(kind, text, origin, [str(v) for v in env], user_typed=False,
+                                        network=bool(extra.get("network")), unsandboxed=bool(extra.get("unsandboxed")),
+                                        writable=[os.path.join(os.path.dirname(os.path.abspath(path)), str(w)) for w in writable]))
                 except RuleError as error:
                     self.problems.append(str(error))
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from skills_magic.agent import RunResult
     from skills_magic.models.base import ModelClient
 
+RUNS_FOLDER = os.path.join(".skills", "runs")  # each sandboxed run's scratch folder (its outputs stay there)
 WRITE_FOLDER = os.path.join(".skills", "written")  # where `%%skill write` puts skills unless told otherwise
 LEDGER_METADATA_KEY = "experiment-ledger"  # a skill with `metadata: {experiment-ledger: "true"}` gets the ledger tool
 LEDGER_OUTPUT_CHARS = 4000  # a check's output kept in its observation; the rest is cut (and says so)
@@ -73,6 +74,7 @@ class SkillsSession:
         self.manifest = Manifest(lock_path(self.cwd))
         self.asker = unattended  # front ends that can ask a person replace this
         self._database = None
+        self._run_outputs: list[dict[str, Any]] = []
         self.plan: str | None = None  # the ledger plan `%ledger use` picked
         self.ledger_for_model = False  # offer the `experiment` tool in runs (`%ledger model on`)
         self.budget: int | None = DEFAULT_BUDGET_CHARS
@@ -433,12 +435,15 @@ class SkillsSession:
     def gate(self):
         from skills_magic.gate import Gate
 
-        return Gate(self.policy, self.manifest, self._audit)
+        return Gate(self.policy, self.manifest, self._audit, scratch_root=os.path.join(self.cwd, RUNS_FOLDER))
 
-    def add_rule(self, kind: str, text: str, env: Sequence[str] = ()):
+    def add_rule(self, kind: str, text: str, env: Sequence[str] = (), *, network: bool = False,
+                 writable: Sequence[str] = (), unsandboxed: bool = False):
         from skills_magic.policy import parse_rule
 
-        return self.policy.add(parse_rule(kind, text, f"%skills {kind}", env))
+        writable = [os.path.join(self.cwd, os.path.expanduser(p)) for p in writable]
+        return self.policy.add(parse_rule(kind, text, f"%skills {kind}", env, network=network, writable=writable,
+                                          unsandboxed=unsandboxed))
 
     def review(self, name: str, confirm: Callable[[], bool] | None = None):
         """The files of a skill with their digests and what changed since the last review; writes skills.lock only
@@ -464,11 +469,14 @@ class SkillsSession:
             if outcome.run is None:
                 return outcome.error, True, TraceEvent("execute", where, bytes=len(stdin.encode("utf-8")), detail=outcome.error[:120])
             run_ = outcome.run
-            detail = "timed out" if run_.timed_out else f"exit code {run_.exit_code}"
+            detail = run_.stopped or ("timed out" if run_.timed_out else f"exit code {run_.exit_code}")
             event = TraceEvent("execute", where, bytes=run_.stdin_bytes, detail=detail)
-            if run_.timed_out or run_.exit_code != 0:
-                return f"{path} {detail}\n{run_.stderr}".rstrip(), True, event
-            return run_.stdout, False, event
+            files = _outputs_of(run_, f"{skill.name}/{path}")
+            self._run_outputs.extend(files)
+            listing = "".join(f"\n[wrote {o['path']} ({o['bytes']:,} bytes) in $SKILLS_MAGIC_OUTPUT]" for o in files)
+            if run_.stopped or run_.timed_out or run_.exit_code != 0:
+                return f"{path} {detail}\n{run_.stderr}".rstrip() + listing, True, event
+            return run_.stdout + listing, False, event
 
         return run, (lambda skill, body: gate.expand_inline(skill, body, asker))
 
@@ -497,10 +505,12 @@ class SkillsSession:
                       max_turns=max_turns or DEFAULT_MAX_TURNS, run_script=run_script, expand_inline=expand_inline,
                       ledger=ledger)
         started = time.perf_counter()
+        self._run_outputs = []
         try:
             result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event)
         finally:
             self.last_run_seconds = time.perf_counter() - started
+        result.outputs = list(self._run_outputs)
         self.last_run = result
         return result
 
@@ -522,12 +532,13 @@ class SkillsSession:
             result.trace.append(TraceEvent("execute", where, bytes=len(stdin.encode("utf-8")), detail=(outcome.error or "")[:120]))
         else:
             run = outcome.run
-            detail = "timed out" if run.timed_out else f"exit code {run.exit_code}"
+            detail = run.stopped or ("timed out" if run.timed_out else f"exit code {run.exit_code}")
             result.trace.append(TraceEvent("execute", where, bytes=run.stdin_bytes, detail=detail))
             result.final_text = run.stdout
             result.note = run.stderr.strip()
-            result.stop_reason = "no_model" if run.exit_code == 0 else "script_failed"
-            if run.exit_code != 0:
+            result.outputs = _outputs_of(run, where)
+            result.stop_reason = "no_model" if run.exit_code == 0 and not run.stopped else "script_failed"
+            if result.stop_reason == "script_failed":
                 result.error = f"{script} {detail}"
         self.last_run_seconds = time.perf_counter() - started
         self.last_run = result
@@ -553,6 +564,14 @@ class SkillsSession:
             if _is_under(absolute, source.root):
                 return _inside(f"<{source.label}>", absolute, os.path.dirname(source.root))
         return shown
+
+
+def _outputs_of(run, script: str) -> list[dict[str, Any]]:
+    """The files a sandboxed run left in its scratch folder: shown by name and size, kept by absolute path."""
+    if not run.scratch:
+        return []
+    return [{"script": script, "path": path, "bytes": size, "file": os.path.join(run.scratch, path)}
+            for path, size in run.outputs]
 
 
 def _run_in_loop_thread(make_coroutine):

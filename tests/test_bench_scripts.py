@@ -32,3 +32,14 @@ def test_verify_benchmark_compares_concurrency_against_one():
     out = bench("bench_verify.py", "--claims", "4", "--latency", "0.02", "--concurrency", "4")
     assert "concurrency  4:" in out and "concurrency  1:" in out and "faster than concurrency 1" in out
     assert "12 agent calls" in out
+
+
+def test_sandbox_benchmark_compares_sandboxed_and_unsandboxed_runs():
+    from skills_magic.sandbox import availability
+
+    if not availability()[0]:
+        import pytest
+
+        pytest.skip(f"no bubblewrap sandbox here: {availability()[1]}")
+    out = bench("bench_sandbox.py", "--runs", "3")
+    assert "unsandboxed" in out and "sandboxed" in out and "ms added per run" in out

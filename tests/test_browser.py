@@ -29,7 +29,8 @@ DENIED_CALL = re.compile(r"^run_skill_script \{.* -> error: denied: the user: de
 ANSWER = "Two rows; temp_C is a number column with one missing value."
 
 
-pytestmark = pytest.mark.skipif(bool(MISSING), reason="; ".join(MISSING) or "nothing is missing")
+pytestmark = [pytest.mark.skipif(bool(MISSING), reason="; ".join(MISSING) or "nothing is missing"),
+              pytest.mark.needs_sandbox]  # the kernel runs the skill's script
 
 
 # ---------------------------------------------------------------------------------------------------- the server

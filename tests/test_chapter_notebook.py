@@ -11,6 +11,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+pytestmark = pytest.mark.needs_sandbox  # the kernel runs skill scripts
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "06-source-verification.ipynb"
 SKILL = REPO / "sample-skills" / "source-verification"

@@ -302,19 +302,31 @@ def test_the_session_gate_uses_the_executors_default_timeout(place):
 def test_a_script_that_sleeps_forever_is_killed_with_its_grandchild_at_the_timeout(place, monkeypatch):
     build_skill(place / "skills", scripts={"scripts/slow.py": SLEEPER})
     session = new_session(place)
-    session.add_rule("allow", "x:scripts/*")
+    session.add_rule("allow", "x:scripts/*", writable=[str(place)])  # the pid file is written outside the scratch
     monkeypatch.setattr(session, "gate", lambda: Gate(session.policy, session.manifest, session._audit, timeout=2.0))
     pids_file = place / "pids"
     result = agent_run(session, script_call("scripts/slow.py", args=[str(pids_file)]))
     call = result.tool_calls[-1]
     assert call.is_error and "timed out" in call.error
     assert_run_went_on(result)
-    child, grandchild = (int(p) for p in pids_file.read_text().split())
+    assert len(pids_file.read_text().split()) == 2  # the script did fork its child before the timeout
+    # inside the sandbox's PID namespace the pids it wrote are its own: find both processes from here by their
+    # command line (the script's path, unique to this test), and wait until every one is gone
+    script = str(place / "skills" / "x" / "scripts" / "slow.py")
+    survivors = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if script.encode() in handle.read():
+                        survivors.append(int(entry))
+            except OSError:
+                continue
     try:
-        assert wait_until_gone(child), f"the script {child} survived the timeout"
-        assert wait_until_gone(grandchild), f"the script's child {grandchild} survived the timeout"
+        for pid in survivors:
+            assert wait_until_gone(pid), f"process {pid} of the script survived the timeout"
     finally:
-        for pid in (child, grandchild):
+        for pid in survivors:
             if not gone(pid):
                 os.kill(pid, signal.SIGKILL)
     run_rows = [r for r in session.audit() if r["event"] == "run"]
@@ -605,12 +617,12 @@ def test_an_allowed_inline_command_is_replaced_by_its_output(place):
 
 
 def test_an_inline_command_answered_once_runs(place):
-    marker = place / "INLINE"
-    inline_skill(place, f"touch {marker} && echo made")
+    inline_skill(place, 'touch "$TMPDIR/INLINE" && echo made')  # in the sandbox, the run's scratch is writable
     session = new_session(place)
     asker = Asker("once")
     assert "Today: made\n" in activation(session, asker)
-    assert marker.exists() and len(asker.requests) == 1 and asker.requests[0].path == f"!touch {marker} && echo made"
+    assert list(place.glob(".skills/runs/*/INLINE")), "the command ran, in its scratch folder"
+    assert len(asker.requests) == 1 and asker.requests[0].path == '!touch "$TMPDIR/INLINE" && echo made'
 
 
 def test_a_failing_inline_command_is_a_visible_failure(place):

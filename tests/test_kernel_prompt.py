@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from jupyter_client.manager import start_new_kernel
 
+pytestmark = pytest.mark.needs_sandbox  # the kernel runs skill scripts
 REPO = Path(__file__).resolve().parent.parent
 TURNS = REPO / "notebooks" / "turns" / "permissions.yaml"
 SETUP = """

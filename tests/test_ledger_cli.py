@@ -303,6 +303,7 @@ def test_check_rebuilds_from_hand_written_outputs(tmp_path):
     assert "  P2: two (falsified by: c2)" in result.stdout and "P1" not in result.stdout
 
 
+@pytest.mark.needs_sandbox  # its %ledger test cell runs a check in the sandbox
 def test_the_repositorys_ledger_notebook_executes_and_passes_the_check(tmp_path):
     if not NOTEBOOK_04.is_file():
         pytest.skip(f"{NOTEBOOK_04.relative_to(REPO)} does not exist yet (it is being written)")

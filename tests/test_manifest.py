@@ -185,7 +185,7 @@ def test_a_never_reviewed_skill_is_not_checked(folder, place):
     write(folder, "scripts/run.py", "print('anything')\n")
     assert manifest.check("x", str(folder)) is False
     session = new_session(place)
-    session.add_rule("allow", "x:scripts/*")
+    session.add_rule("allow", "x:scripts/*", writable=[str(place)])  # its MARKER is written in the project
     assert session.gate().run_script(session.skill("x"), "scripts/run.py", [], "", unattended).run.exit_code == 0
 
 
@@ -200,14 +200,14 @@ def test_another_skills_review_does_not_check_this_one(folder, place):
 def test_a_reviewed_skill_with_its_reviewed_bytes_runs(folder, place):
     session = reviewed(place)
     assert session.manifest.check("x", str(folder)) is True
-    session.add_rule("allow", "x:scripts/*")
+    session.add_rule("allow", "x:scripts/*", writable=[str(place)])  # its MARKER is written in the project
     outcome = session.gate().run_script(session.skill("x"), "scripts/run.py", [], "", unattended)
     assert outcome.allowed and outcome.run.stdout == "ran\n" and (place / "MARKER").exists()
 
 
 def test_a_script_changed_after_review_is_refused_naming_the_file_and_both_digests(folder, place):
     session = reviewed(place)
-    session.add_rule("allow", "x:scripts/*")
+    session.add_rule("allow", "x:scripts/*", writable=[str(place)])  # its MARKER is written in the project
     lock_before = (place / LOCK_FILE).read_bytes()
     script = folder / "scripts" / "run.py"
     old = sha(script.read_bytes())

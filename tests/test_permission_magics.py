@@ -26,6 +26,11 @@ SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-v1", "OPENAI_API_KEY": "sk-o-v2", "GITHU
            "AWS_SECRET_ACCESS_KEY": "aws-v4", "MY_PASSWORD": "pw-v5"}
 
 
+
+def ran(place) -> bool:
+    """Whether scripts/run.py ran: its MARKER is in a run's scratch folder (sandboxed) or next to the test."""
+    return (place / "MARKER").exists() or bool(list(place.glob(".skills/runs/*/MARKER")))
+
 def write(folder: Path, relative: str, text: str) -> Path:
     path = folder / relative
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -45,7 +50,9 @@ def place(tmp_path, monkeypatch) -> Path:
     monkeypatch.delenv("SKILLS_MAGIC_MODEL", raising=False)
     x = tmp_path / "skills" / "x"
     make_skill(x, "name: x\ndescription: Does a thing. Use when testing.\nmetadata:\n  version: '1.0'\n")
-    write(x, "scripts/run.py", f"open({str(tmp_path / 'MARKER')!r}, 'w')\nprint('ran')\n")
+    # MARKER goes to the run's scratch folder inside the sandbox (the only place it may write), else next to the test
+    write(x, "scripts/run.py", "import os\nopen(os.path.join(os.environ.get('SKILLS_MAGIC_OUTPUT', "
+          f"{str(tmp_path)!r}), 'MARKER'), 'w')\nprint('ran')\n")
     write(x, "scripts/env.py", ENV_DUMP)
     make_skill(tmp_path / "skills" / "y")
     return tmp_path
@@ -87,12 +94,15 @@ def model_run(ip, magics, path="scripts/run.py"):
 def test_allow_adds_a_rule_and_shows_the_policy(ip, magics):
     view = skills(ip, "allow x:scripts/run.py")
     assert isinstance(view, PolicyView)
-    assert view.data() == {
+    data = view.data()
+    assert set(data.pop("sandbox")) == {"available", "detail"}  # machine-specific: whether bwrap works here
+    assert data == {
         "rules": [{"kind": "allow", "rule": "x:scripts/run.py", "origin": "%skills allow", "env": []}],
         "problems": [],
         "manifest": {"x": "not reviewed", "y": "not reviewed"},
     }
-    assert view.text().splitlines() == [
+    assert view.text().splitlines()[-1].startswith("sandbox: ")
+    assert view.text().splitlines()[:-1] == [
         "rules (deny first, then allow, then ask):",
         "  allow x:scripts/run.py  [%skills allow]",
         "skills.lock:",
@@ -104,10 +114,10 @@ def test_allow_adds_a_rule_and_shows_the_policy(ip, magics):
 def test_a_model_run_unattended_is_denied_then_allowed_by_the_rule(ip, magics, place):
     first = model_run(ip, magics).data()["tool_calls"][-1]
     assert first["is_error"] and "%skills allow x:scripts/run.py" in first["error"]
-    assert not (place / "MARKER").exists()
+    assert not ran(place)
     skills(ip, "allow x:scripts/run.py")
     second = model_run(ip, magics).data()["tool_calls"][-1]
-    assert not second["is_error"] and (place / "MARKER").exists()
+    assert not second["is_error"] and ran(place)
 
 
 def test_deny_is_listed_before_allow_and_wins(ip, magics, place):
@@ -118,7 +128,7 @@ def test_deny_is_listed_before_allow_and_wins(ip, magics, place):
     assert lines[1] == "  deny x:scripts/*  [%skills deny]" and lines[2] == "  allow x:scripts/run.py  [%skills allow]"
     result = ip.run_cell_magic("skill", "run x --no-model --script scripts/run.py", "stdin\n")
     assert result.data()["stop_reason"] == "denied" and "deny x:scripts/*" in result.data()["error"]
-    assert not (place / "MARKER").exists()
+    assert not ran(place)
 
 
 def test_allow_with_env_lets_exactly_that_variable_through(ip, magics, monkeypatch):
@@ -285,7 +295,7 @@ def test_a_changed_reviewed_script_is_refused_in_a_model_run(ip, magics, place, 
         handle.write("# an unreviewed change\n")
     call = model_run(ip, magics).data()["tool_calls"][-1]
     assert call["is_error"] and call["error"].startswith("refused: x/scripts/run.py is not the reviewed file")
-    assert not (place / "MARKER").exists()
+    assert not ran(place)
     assert (place / ".scratch" / "skills.lock").read_bytes() == lock_before
 
 
@@ -346,7 +356,7 @@ def test_where_input_is_impossible_a_model_run_is_denied_with_the_hint(ip, magic
     no_input(monkeypatch, error)
     call = model_run(ip, magics).data()["tool_calls"][-1]
     assert call["is_error"] and "nobody can answer" in call["error"] and "%skills allow x:scripts/run.py" in call["error"]
-    assert not (place / "MARKER").exists()
+    assert not ran(place)
 
 
 def test_answering_always_at_the_prompt_adds_the_rule_shown_by_policy(ip, magics, place, monkeypatch):
@@ -357,4 +367,4 @@ def test_answering_always_at_the_prompt_adds_the_rule_shown_by_policy(ip, magics
     assert len(answers) == 1
     assert skills(ip, "policy").data()["rules"] == [
         {"kind": "allow", "rule": "x:scripts/run.py", "origin": "asked: always", "env": []}]
-    assert os.path.exists(place / "MARKER")
+    assert ran(place)

@@ -1,0 +1,216 @@
+"""The bubblewrap sandbox, attacked: each script here would succeed without the sandbox, is refused inside it, and
+succeeds again with the matching grant (so the grants are proven too). Skips without bwrap; CI installs it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from skills_magic import sandbox
+from skills_magic.catalog import Source
+from skills_magic.gate import unattended
+from skills_magic.session import SkillsSession
+from skillfiles import make_skill
+
+AVAILABLE, WHY = sandbox.availability()
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"no bubblewrap sandbox here: {WHY}")
+
+
+@pytest.fixture
+def place(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def skill_with(place: Path, script: str, body: str) -> SkillsSession:
+    folder = place / "skills" / "x"
+    make_skill(folder, name="x")
+    (folder / "scripts").mkdir(exist_ok=True)
+    (folder / "scripts" / script).write_text(body, encoding="utf-8")
+    return SkillsSession(sources=[Source("session", str(place / "skills"), True)], cwd=str(place))
+
+
+def run(session: SkillsSession, script: str, *args: str):
+    return session.gate().run_script(session.skill("x"), f"scripts/{script}", list(args), "", unattended)
+
+
+TCP = """import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5).sendall(b"hello")
+    print("connected")
+except OSError as error:
+    print("refused:", error)
+"""
+
+
+@pytest.fixture
+def server():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(10)
+    received = []
+
+    def accept():
+        try:
+            connection, _ = listener.accept()
+            received.append(connection.recv(16))
+            connection.close()
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1], received
+    listener.close()
+
+
+def test_no_network_not_even_loopback_and_the_network_grant_opens_it(place, server):
+    port, received = server
+    session = skill_with(place, "tcp.py", TCP)
+    session.add_rule("allow", "x:scripts/*")
+    outcome = run(session, "tcp.py", str(port))
+    assert outcome.run.stdout.startswith("refused:") and received == []
+    session.add_rule("allow", "x:scripts/tcp.py", network=True)
+    outcome = run(session, "tcp.py", str(port))
+    assert outcome.run.stdout.strip() == "connected"
+
+
+def test_host_names_do_not_resolve(place):
+    session = skill_with(place, "dns.py", "import socket\ntry:\n    print(socket.getaddrinfo('localhost', 80)[0][4][0])\nexcept OSError as e:\n    print('no dns:', e)\n")
+    session.add_rule("allow", "x:scripts/*")
+    # the sandbox has no network namespace to speak of: name resolution that needs a resolver fails; localhost may
+    # still come from /etc/hosts, so resolve a name that needs DNS
+    session2 = skill_with(place, "dns2.py", "import socket\ntry:\n    socket.getaddrinfo('example.com', 80)\n    print('resolved')\nexcept OSError as e:\n    print('no dns:', e)\n")
+    session2.add_rule("allow", "x:scripts/*")
+    assert run(session2, "dns2.py").run.stdout.startswith("no dns:")
+
+
+WRITE = """import sys
+try:
+    open(sys.argv[1], "w").write("x")
+    print("wrote")
+except OSError as error:
+    print("refused:", error.strerror)
+"""
+
+
+@pytest.mark.parametrize("where", ["project", "home", "skill"])
+def test_writes_outside_the_scratch_folder_are_refused_unless_granted(place, where):
+    session = skill_with(place, "write.py", WRITE)
+    target = {"project": place / "result.txt", "home": place / "home" / "result.txt",
+              "skill": place / "skills" / "x" / "result.txt"}[where]
+    session.add_rule("allow", "x:scripts/*")
+    assert run(session, "write.py", str(target)).run.stdout.startswith("refused:") and not target.exists()
+    session.add_rule("allow", "x:scripts/write.py", writable=[str(target.parent)])
+    assert run(session, "write.py", str(target)).run.stdout.strip() == "wrote" and target.exists()
+
+
+def test_the_users_secrets_are_not_visible(place):
+    session = skill_with(place, "peek.py", "import os\np = os.path.expanduser('~/.ssh/id_rsa')\nprint(open(p).read() if os.path.exists(p) else 'hidden')\n")
+    (place / ".env").write_text("API_TOKEN=secret\n")
+    session.add_rule("allow", "x:scripts/*")
+    assert run(session, "peek.py").run.stdout.strip() == "hidden"
+    env = skill_with(place, "dotenv.py", "try:\n    text = open(" + repr(str(place / ".env")) + ").read()\n"
+                                         "except OSError:\n    text = ''\nprint('secret' in text)\n")
+    env.add_rule("allow", "x:scripts/*")
+    assert run(env, "dotenv.py").run.stdout.strip() == "False"  # the project's .env reads as nothing
+
+
+DAEMON = """import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            time.sleep(0.05)
+    os._exit(0)
+print("parent exits")
+"""
+
+
+def test_a_daemon_that_outlives_its_parent_dies_with_the_run(place):
+    session = skill_with(place, "daemon.py", DAEMON)
+    session.add_rule("allow", "x:scripts/*")
+    outcome = run(session, "daemon.py")
+    assert outcome.run.stdout.strip() == "parent exits" and outcome.run.exit_code == 0
+    script = str(place / "skills" / "x" / "scripts" / "daemon.py")
+    for _ in range(200):  # bounded: the PID namespace is torn down when the run's first process exits
+        alive = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                        if script.encode() in handle.read():
+                            with open(f"/proc/{entry}/stat") as stat:
+                                if stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                                    alive.append(entry)
+                except OSError:
+                    continue
+        if not alive:
+            break
+        threading.Event().wait(0.01)
+    assert not alive, f"the daemon survived the run: {alive}"
+
+
+def test_filling_the_scratch_folder_past_its_cap_is_stopped_with_a_clear_error(place):
+    session = skill_with(place, "fill.py", "import os\nwith open(os.path.join(os.environ['SKILLS_MAGIC_OUTPUT'], 'big'), 'wb') as f:\n"
+                                          "    while True:\n        f.write(b'x' * 65536)\n        f.flush()\n")
+    session.add_rule("allow", "x:scripts/*")
+    gate = session.gate()
+    gate.scratch_cap = 1024 * 1024
+    outcome = gate.run_script(session.skill("x"), "scripts/fill.py", [], "", unattended)
+    assert outcome.run.stopped and "cap of 1,048,576 bytes" in outcome.run.stopped
+
+
+def test_outputs_in_the_scratch_folder_are_listed_and_kept(place):
+    session = skill_with(place, "report.py", "import os\nopen(os.path.join(os.environ['SKILLS_MAGIC_OUTPUT'], 'report.txt'), 'w').write('done')\nprint('ok')\n")
+    session.add_rule("allow", "x:scripts/*")
+    result = session.run_script("x", "scripts/report.py")
+    assert [(o["path"], o["bytes"]) for o in result.outputs] == [("report.txt", 4)]
+    assert Path(result.outputs[0]["file"]).read_text() == "done"
+    assert Path(result.outputs[0]["file"]).is_relative_to(place / ".skills" / "runs")
+
+
+@pytest.mark.sandbox_fallback
+def test_without_a_sandbox_a_run_is_refused_unless_a_rule_allows_it_unsandboxed(place, monkeypatch):
+    monkeypatch.setattr(sandbox, "availability", lambda: (False, "bwrap is not installed; install bubblewrap"))
+    session = skill_with(place, "hi.py", "print('hi')\n")
+    session.add_rule("allow", "x:scripts/*")
+    outcome = run(session, "hi.py")
+    assert outcome.run is None and "no sandbox" in outcome.error and "--unsandboxed" in outcome.error
+    assert "install bubblewrap" in outcome.error
+    session.add_rule("allow", "x:scripts/hi.py", unsandboxed=True)
+    outcome = run(session, "hi.py")
+    assert outcome.run.stdout == "hi\n" and outcome.run.sandboxed is False
+
+
+def test_a_policy_file_cannot_allow_unsandboxed_runs(place):
+    from skills_magic.policy import Policy
+
+    (place / "skills-policy.yaml").write_text("allow:\n  - {rule: 'x:scripts/*', unsandboxed: true}\n")
+    policy = Policy()
+    policy.load_file(str(place / "skills-policy.yaml"))
+    assert policy.rules == [] and any("unsandboxed" in p for p in policy.problems)
+
+
+def test_policy_shows_the_sandbox_mode_and_the_grants(place, ip):
+    from skills_magic.magics import SkillsMagics, unregister
+
+    skill_with(place, "hi.py", "print('hi')\n")
+    instance = SkillsMagics(shell=ip)
+    ip.register_magics(instance)
+    try:
+        ip.run_line_magic("skills", f"add {place / 'skills'}")
+        ip.run_line_magic("skills", f"allow x:scripts/* --network --write {place}")
+        text = ip.run_line_magic("skills", "policy").text()
+    finally:
+        unregister(ip)
+    assert "sandbox: bubblewrap" in text and "network" in text and f"write: {place}" in text
