@@ -6,13 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import select
 import signal
 import stat
 import sys
 from pathlib import Path
 
 import pytest
+from processes import gone, wait_until_gone
 
 import skills_magic.execute as execute
 from skills_magic.execute import ScriptError, clean_environment, run_script
@@ -156,38 +156,6 @@ def test_clean_environment():
 # --- time and output bounds --------------------------------------------------------------------------------------
 
 
-def _gone(pid: int) -> bool:
-    """True when `pid` no longer runs: no such process, or a zombie (dead, waiting for its reaper)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")
-
-
-def _wait_until_gone(pid: int, checks: int = 100) -> bool:
-    """A bounded number of checks; between them, wait on the process itself (a pidfd), not on a clock."""
-    for _ in range(checks):
-        if _gone(pid):
-            return True
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return True
-        try:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            poller.poll(100)  # returns as soon as the process exits
-        finally:
-            os.close(fd)
-    return _gone(pid)
-
-
 SLEEPER = """\
 import os, sys, time
 pid = os.fork()
@@ -215,9 +183,9 @@ def test_timeout_kills_the_script_and_its_children(skill, tmp_path):
     assert run.stdout == "started\n"
     grandchild = int(pid_file.read_text())
     try:
-        assert _wait_until_gone(grandchild), f"the script's child {grandchild} survived the timeout"
+        assert wait_until_gone(grandchild), f"the script's child {grandchild} survived the timeout"
     finally:
-        if not _gone(grandchild):
+        if not gone(grandchild):
             os.kill(grandchild, signal.SIGKILL)
 
 

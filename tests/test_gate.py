@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import sys
 from pathlib import Path
 
 import pytest
+from processes import gone, processes_running, wait_until_gone
 from IPython.core.error import StdinNotImplementedError
 
 from skillfiles import make_skill
@@ -94,38 +94,6 @@ def agent_run(session: SkillsSession, *calls, asker=None, turns=None):
 
 def assert_run_went_on(result) -> None:
     assert result.error is None and result.stop_reason == "end_turn" and result.final_text == "done"
-
-
-def gone(pid: int) -> bool:
-    """No such process, or a zombie (dead, waiting for its reaper)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")
-
-
-def wait_until_gone(pid: int, checks: int = 100) -> bool:
-    """A bounded number of checks; between them, wait on the process itself (a pidfd), never on a clock."""
-    for _ in range(checks):
-        if gone(pid):
-            return True
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return True
-        try:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            poller.poll(100)  # returns as soon as the process exits
-        finally:
-            os.close(fd)
-    return gone(pid)
 
 
 # --- the script must stay inside its skill -----------------------------------------------------------------------
@@ -312,16 +280,7 @@ def test_a_script_that_sleeps_forever_is_killed_with_its_grandchild_at_the_timeo
     assert len(pids_file.read_text().split()) == 2  # the script did fork its child before the timeout
     # inside the sandbox's PID namespace the pids it wrote are its own: find both processes from here by their
     # command line (the script's path, unique to this test), and wait until every one is gone
-    script = str(place / "skills" / "x" / "scripts" / "slow.py")
-    survivors = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                    if script.encode() in handle.read():
-                        survivors.append(int(entry))
-            except OSError:
-                continue
+    survivors = processes_running(str(place / "skills" / "x" / "scripts" / "slow.py"))
     try:
         for pid in survivors:
             assert wait_until_gone(pid), f"process {pid} of the script survived the timeout"

@@ -3,12 +3,12 @@ succeeds again with the matching grant (so the grants are proven too). Skips wit
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 from pathlib import Path
 
 import pytest
+from processes import processes_running, wait_until_gone
 
 from skills_magic import sandbox
 from skills_magic.catalog import Source
@@ -141,22 +141,10 @@ def test_a_daemon_that_outlives_its_parent_dies_with_the_run(place):
     session.add_rule("allow", "x:scripts/*")
     outcome = run(session, "daemon.py")
     assert outcome.run.stdout.strip() == "parent exits" and outcome.run.exit_code == 0
-    script = str(place / "skills" / "x" / "scripts" / "daemon.py")
-    for _ in range(200):  # bounded: the PID namespace is torn down when the run's first process exits
-        alive = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                        if script.encode() in handle.read():
-                            with open(f"/proc/{entry}/stat") as stat:
-                                if stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-                                    alive.append(entry)
-                except OSError:
-                    continue
-        if not alive:
-            break
-        threading.Event().wait(0.01)
+    alive = processes_running(str(place / "skills" / "x" / "scripts" / "daemon.py"))
+    for pid in alive:  # bounded: the PID namespace is torn down when the run's first process exits
+        wait_until_gone(pid)
+    alive = processes_running(str(place / "skills" / "x" / "scripts" / "daemon.py"))
     assert not alive, f"the daemon survived the run: {alive}"
 
 
