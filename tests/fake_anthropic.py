@@ -25,6 +25,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAKE_MODEL = "claude-fake-1"
+# what the SDK and the model choice read from the machine: a test starts with none of it
+MACHINE_ANTHROPIC_SETUP = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
+                           "ANTHROPIC_PROFILE", "ANTHROPIC_IDENTITY_TOKEN", "ANTHROPIC_IDENTITY_TOKEN_FILE",
+                           "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_ORGANIZATION_ID", "SKILLS_MAGIC_MODEL",
+                           "SKILLS_MAGIC_MAX_RETRIES")
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
                529: "overloaded_error"}
@@ -348,3 +353,11 @@ def sent_key(headers: dict[str, str]) -> str | None:
 
 
 ReplyFn = Callable[[Recorded], Any]
+
+
+def forget_machine_setup(monkeypatch, tmp_path) -> None:
+    """No real credentials, base URL, profile, model choice or retry setting leaks in from the machine running the
+    tests; the SDK's config folder points at an empty place."""
+    for name in MACHINE_ANTHROPIC_SETUP:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "no-anthropic-config"))

@@ -1,4 +1,4 @@
-"""Writing skill folders for tests (`from skillfiles import make_skill`)."""
+"""Writing skill folders for tests (`from skillfiles import make_skill, write_file`)."""
 
 from __future__ import annotations
 
@@ -16,4 +16,14 @@ def make_skill(folder: Path, frontmatter: str | None = None, body: str = "# Body
         if frontmatter is None:
             frontmatter = f"name: {name or folder.name}\ndescription: {description}\n"
         path.write_text(f"---\n{frontmatter}---\n{body}", encoding="utf-8")
+    return path
+
+
+def write_file(folder: Path, relative: str, text: str, mode: int | None = None) -> Path:
+    """Write `text` to `folder/relative`, making its folders; `mode` sets the permission bits (e.g. 0o755)."""
+    path = folder / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    if mode is not None:
+        path.chmod(mode)
     return path

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skillfiles import make_skill
+from skillfiles import make_skill, write_file
 from skills_magic.catalog import Source
 from skills_magic.db import DEFAULT_PATH, MIGRATIONS, Database, migrate, resolve_path
 from skills_magic.display import AuditView
@@ -25,13 +25,6 @@ COLUMNS = ["id", "at", "session", "event", "skill", "path", "digest", "decision"
            "detail"]
 
 
-def write(folder: Path, relative: str, text: str) -> Path:
-    path = folder / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
@@ -40,8 +33,8 @@ def place(tmp_path, monkeypatch) -> Path:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     skill = tmp_path / "skills" / "x"
     make_skill(skill)
-    write(skill, "scripts/run.py", RUN)
-    write(skill, "scripts/fail.py", FAIL)
+    write_file(skill, "scripts/run.py", RUN)
+    write_file(skill, "scripts/fail.py", FAIL)
     return tmp_path
 
 
@@ -74,10 +67,10 @@ def test_every_decision_and_run_is_a_row_in_the_file_at_skills_magic_db(place):
     gate, skill = session.gate(), session.skill("x")
     gate.run_script(skill, "scripts/run.py", [], "", unattended)
     gate.run_script(skill, "scripts/fail.py", [], "", unattended)
-    write(place / "skills" / "x", "scripts/denied.py", RUN)
+    write_file(place / "skills" / "x", "scripts/denied.py", RUN)
     gate.run_script(skill, "scripts/denied.py", [], "", unattended)
     gate.run_script(skill, "scripts/other.py", [], "", unattended)  # not a file: the executor refuses
-    write(place / "skills" / "x", "scripts/asked.py", RUN)
+    write_file(place / "skills" / "x", "scripts/asked.py", RUN)
     gate.run_script(skill, "scripts/asked.py", [], "", unattended)
     assert (place / "audit.sqlite").is_file()
     rows = raw_rows(place / "audit.sqlite")

@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from fake_anthropic import Error, FakeAnthropicServer, sent_key, text_message
+from fake_anthropic import Error, FakeAnthropicServer, forget_machine_setup, sent_key, text_message
 from skills_magic import batch as batch_module
 from skills_magic.batch import (CUSTOM_ID, MAX_REQUESTS_PER_BATCH, POLL_SECONDS, RETRY_FAILED_ONCE, BatchOutcome,
                                 run_batch)
@@ -32,11 +32,7 @@ BATCH_PATH = re.compile(r"^/v1/messages/batches/(?P<id>[^/?]+)(?P<results>/resul
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch, tmp_path):
     """No real credentials, base URL, profile or model choice leaks in from the machine running the tests."""
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
-                 "ANTHROPIC_PROFILE", "ANTHROPIC_IDENTITY_TOKEN", "ANTHROPIC_IDENTITY_TOKEN_FILE",
-                 "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_ORGANIZATION_ID", "SKILLS_MAGIC_MODEL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "no-anthropic-config"))
+    forget_machine_setup(monkeypatch, tmp_path)
 
 
 # --- the fake batch service --------------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from fake_anthropic import (Error, FakeAnthropicServer, message, sent_key, text_block, text_message, text_pieces,
-                            tool_message, tool_results, tool_use_block, usage, utf8_size)
+from fake_anthropic import (Error, FakeAnthropicServer, forget_machine_setup, message, sent_key, text_block, text_message,
+                            text_pieces, tool_message, tool_results, tool_use_block, usage, utf8_size)
 from skillfiles import make_skill
 from skills_magic.models.anthropic import DEFAULT_MODEL, AnthropicModel
 from skills_magic.models.base import ModelError
@@ -33,10 +33,9 @@ RUN_USAGES = [usage(1200, 40, 1000, 0), usage(1350, 35, 0, 1000), usage(1420, 60
 @pytest.fixture
 def environment(monkeypatch, tmp_path):
     """The kernel inherits os.environ: the fake server's URL and key, and nothing else of the machine's Anthropic setup."""
-    for name in ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS", "ANTHROPIC_PROFILE", "SKILLS_MAGIC_MODEL",
-                 "SKILLS_MAGIC_PATH", "SKILLS_MAGIC_SOURCES"):
+    forget_machine_setup(monkeypatch, tmp_path)
+    for name in ("SKILLS_MAGIC_PATH", "SKILLS_MAGIC_SOURCES"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "no-anthropic-config"))
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
 
     def point_at(server: FakeAnthropicServer) -> None:

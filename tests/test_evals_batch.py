@@ -11,7 +11,7 @@ import json
 import types
 
 import pytest
-from fake_anthropic import text_message, tool_message, usage
+from fake_anthropic import forget_machine_setup, text_message, tool_message, usage
 from IPython.core.error import UsageError
 from test_batch import KEY, FakeBatches, FakeBatchServer, Recorder, errored
 
@@ -35,11 +35,7 @@ IDS = ["p0-r1", "p0-r2", "p1-r1", "p1-r2", "p2-r1", "p2-r2", "p3-r1", "p3-r2"]
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch, tmp_path):
     """No real credentials, base URL, profile or model choice leaks in from the machine running the tests."""
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
-                 "ANTHROPIC_PROFILE", "ANTHROPIC_IDENTITY_TOKEN", "ANTHROPIC_IDENTITY_TOKEN_FILE",
-                 "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_ORGANIZATION_ID", "SKILLS_MAGIC_MODEL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "no-anthropic-config"))
+    forget_machine_setup(monkeypatch, tmp_path)
 
 
 def prompt_of(params: dict) -> str:

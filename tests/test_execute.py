@@ -13,18 +13,10 @@ from pathlib import Path
 
 import pytest
 from processes import gone, wait_until_gone
+from skillfiles import write_file
 
 import skills_magic.execute as execute
 from skills_magic.execute import ScriptError, clean_environment, run_script
-
-
-def write(folder: Path, relative: str, text: str, mode: int | None = None) -> Path:
-    path = folder / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    if mode is not None:
-        path.chmod(mode)
-    return path
 
 
 @pytest.fixture
@@ -46,7 +38,7 @@ print(json.dumps({"argv": sys.argv[1:], "stdin": data, "cwd": os.getcwd(), "exec
 
 
 def test_python_script_runs_with_the_kernels_python_in_the_skill_folder(skill):
-    write(skill, "scripts/echo.py", ECHO)
+    write_file(skill, "scripts/echo.py", ECHO)
     run = run_script(str(skill), "scripts/echo.py", ["a", "b c"], stdin="hello\u00e9\n")
     assert run.exit_code == 0
     assert not run.timed_out and not run.truncated
@@ -63,18 +55,18 @@ def test_python_script_runs_with_the_kernels_python_in_the_skill_folder(skill):
 
 
 def test_python_script_needs_no_executable_bit(skill):
-    write(skill, "run.py", "print('ran')\n", mode=0o644)
+    write_file(skill, "run.py", "print('ran')\n", mode=0o644)
     assert run_script(str(skill), "run.py").stdout == "ran\n"
 
 
 def test_arguments_are_stringified(skill):
-    write(skill, "echo.py", ECHO)
+    write_file(skill, "echo.py", ECHO)
     run = run_script(str(skill), "echo.py", [1, 2.5])
     assert json.loads(run.stdout)["argv"] == ["1", "2.5"]
 
 
 def test_a_failing_script_reports_exit_code_and_stderr(skill):
-    write(skill, "fail.py", "import sys\nprint('partial')\nsys.stderr.write('it broke\\n')\nsys.exit(3)\n")
+    write_file(skill, "fail.py", "import sys\nprint('partial')\nsys.stderr.write('it broke\\n')\nsys.exit(3)\n")
     run = run_script(str(skill), "fail.py")
     assert run.exit_code == 3
     assert run.stdout == "partial\n"
@@ -83,21 +75,21 @@ def test_a_failing_script_reports_exit_code_and_stderr(skill):
 
 
 def test_an_exception_gives_a_traceback_on_stderr(skill):
-    write(skill, "boom.py", "raise ValueError('nope')\n")
+    write_file(skill, "boom.py", "raise ValueError('nope')\n")
     run = run_script(str(skill), "boom.py")
     assert run.exit_code == 1
     assert "ValueError: nope" in run.stderr
 
 
 def test_no_stdin_means_empty_stdin(skill):
-    write(skill, "echo.py", ECHO)
+    write_file(skill, "echo.py", ECHO)
     run = run_script(str(skill), "echo.py")
     assert json.loads(run.stdout)["stdin"] == ""
     assert run.stdin_bytes == 0
 
 
 def test_sha256_of_the_script_bytes(skill):
-    script = write(skill, "scripts/hash.py", "print('x')  # \u00e9\n")
+    script = write_file(skill, "scripts/hash.py", "print('x')  # \u00e9\n")
     run = run_script(str(skill), "scripts/hash.py")
     assert run.sha256 == hashlib.sha256(script.read_bytes()).hexdigest()
     script.write_text("print('y')\n")
@@ -125,7 +117,7 @@ def test_environment_has_no_secrets_but_keeps_path(skill, monkeypatch):
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("SKILLS_TEST_PLAIN", "kept")
-    write(skill, "env.py", ENV)
+    write_file(skill, "env.py", ENV)
     run = run_script(str(skill), "env.py")
     env = json.loads(run.stdout)
     for name in SECRETS:
@@ -137,7 +129,7 @@ def test_environment_has_no_secrets_but_keeps_path(skill, monkeypatch):
 
 
 def test_explicit_environment_is_cleaned_too(skill):
-    write(skill, "env.py", ENV)
+    write_file(skill, "env.py", ENV)
     environ = {"PATH": os.environ["PATH"], "ANTHROPIC_API_KEY": "k", "X_TOKEN": "t", "PLAIN": "p"}
     env = json.loads(run_script(str(skill), "env.py", environ=environ).stdout)
     assert "ANTHROPIC_API_KEY" not in env and "X_TOKEN" not in env
@@ -175,7 +167,7 @@ time.sleep(120)
 
 @pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs os.pidfd_open (Linux)")
 def test_timeout_kills_the_script_and_its_children(skill, tmp_path):
-    write(skill, "slow.py", SLEEPER)
+    write_file(skill, "slow.py", SLEEPER)
     pid_file = tmp_path / "grandchild.pid"
     run = run_script(str(skill), "slow.py", [str(pid_file)], timeout=0.5)
     assert run.timed_out
@@ -191,7 +183,7 @@ def test_timeout_kills_the_script_and_its_children(skill, tmp_path):
 
 def test_output_over_the_limit_is_cut_and_says_so(skill, monkeypatch):
     monkeypatch.setattr(execute, "MAX_OUTPUT_BYTES", 100)
-    write(skill, "loud.py", "import sys\nsys.stdout.write('a' * 5000)\nsys.stderr.write('e' * 50)\n")
+    write_file(skill, "loud.py", "import sys\nsys.stdout.write('a' * 5000)\nsys.stderr.write('e' * 50)\n")
     run = run_script(str(skill), "loud.py")
     assert run.exit_code == 0
     assert run.truncated
@@ -201,7 +193,7 @@ def test_output_over_the_limit_is_cut_and_says_so(skill, monkeypatch):
 
 def test_stderr_over_the_limit_is_cut_too(skill, monkeypatch):
     monkeypatch.setattr(execute, "MAX_OUTPUT_BYTES", 10)
-    write(skill, "loud.py", "import sys\nsys.stderr.write('e' * 11)\nprint('ok')\n")
+    write_file(skill, "loud.py", "import sys\nsys.stderr.write('e' * 11)\nprint('ok')\n")
     run = run_script(str(skill), "loud.py")
     assert run.truncated
     assert run.stderr == "e" * 10 + "\n[output cut: 1 more bytes not shown]"
@@ -210,14 +202,14 @@ def test_stderr_over_the_limit_is_cut_too(skill, monkeypatch):
 
 def test_output_exactly_at_the_limit_is_not_cut(skill, monkeypatch):
     monkeypatch.setattr(execute, "MAX_OUTPUT_BYTES", 100)
-    write(skill, "exact.py", "import sys\nsys.stdout.write('a' * 100)\n")
+    write_file(skill, "exact.py", "import sys\nsys.stdout.write('a' * 100)\n")
     run = run_script(str(skill), "exact.py")
     assert not run.truncated
     assert run.stdout == "a" * 100
 
 
 def test_large_stdin_and_output_do_not_deadlock(skill):
-    write(skill, "cat.py", "import sys\nsys.stdout.write(sys.stdin.read())\n")
+    write_file(skill, "cat.py", "import sys\nsys.stdout.write(sys.stdin.read())\n")
     data = "x" * (1024 * 512)
     run = run_script(str(skill), "cat.py", stdin=data)
     assert run.stdout == data
@@ -228,7 +220,7 @@ def test_large_stdin_and_output_do_not_deadlock(skill):
 
 
 def test_paths_outside_the_folder_are_refused(skill, tmp_path):
-    write(tmp_path, "outside.py", "print('escaped')\n")
+    write_file(tmp_path, "outside.py", "print('escaped')\n")
     (skill / "link.py").symlink_to(tmp_path / "outside.py")
     for path in ("../../outside.py", str(tmp_path / "outside.py"), "link.py", "scripts/../../../outside.py"):
         with pytest.raises(ScriptError, match="outside the skill's folder"):
@@ -236,13 +228,13 @@ def test_paths_outside_the_folder_are_refused(skill, tmp_path):
 
 
 def test_an_absolute_path_inside_the_folder_is_refused(skill):
-    write(skill, "ok.py", "print(1)\n")
+    write_file(skill, "ok.py", "print(1)\n")
     with pytest.raises(ScriptError, match="outside the skill's folder"):
         run_script(str(skill), str(skill / "ok.py"))
 
 
 def test_a_sibling_folder_with_the_same_prefix_is_outside(skill):
-    write(skill.parent / "demo-evil", "x.py", "print(1)\n")
+    write_file(skill.parent / "demo-evil", "x.py", "print(1)\n")
     with pytest.raises(ScriptError, match="outside"):
         run_script(str(skill), "../demo-evil/x.py")
 
@@ -262,20 +254,20 @@ def test_missing_file_and_folder_are_refused(skill):
 
 
 def test_a_non_executable_file_that_is_not_py_or_sh_is_refused(skill):
-    write(skill, "scripts/run.pl", "print 'hi'\n", mode=0o644)
+    write_file(skill, "scripts/run.pl", "print 'hi'\n", mode=0o644)
     with pytest.raises(ScriptError, match="run.pl is not a .py or .sh file and has no run bit"):
         run_script(str(skill), "scripts/run.pl")
 
 
 def test_a_sh_script_runs_with_bash_without_its_run_bit(skill):
-    write(skill, "scripts/run.sh", "echo \"hi from ${BASH_VERSION%%.*}\"\n", mode=0o644)
+    write_file(skill, "scripts/run.sh", "echo \"hi from ${BASH_VERSION%%.*}\"\n", mode=0o644)
     run = run_script(str(skill), "scripts/run.sh")
     assert run.exit_code == 0 and run.stdout.startswith("hi from ")
 
 
 def test_an_executable_script_runs_without_a_shell(skill, tmp_path):
     marker = tmp_path / "pwned"
-    write(skill, "scripts/args.sh", '#!/bin/sh\nfor a in "$@"; do printf "[%s]\\n" "$a"; done\npwd\n', mode=0o755)
+    write_file(skill, "scripts/args.sh", '#!/bin/sh\nfor a in "$@"; do printf "[%s]\\n" "$a"; done\npwd\n', mode=0o755)
     arguments = ["a b", f"x; touch {marker}", "$(id)", "`id`", "*", "'q'", ""]
     run = run_script(str(skill), "scripts/args.sh", arguments)
     assert run.exit_code == 0, run.stderr
@@ -287,20 +279,20 @@ def test_an_executable_script_runs_without_a_shell(skill, tmp_path):
 
 def test_an_executable_without_a_shebang_is_not_handed_to_a_shell(skill):
     # exec of a text file without `#!` fails (ENOEXEC) instead of falling back to /bin/sh as a shell would
-    write(skill, "noshebang", "echo ran\n", mode=0o755)
+    write_file(skill, "noshebang", "echo ran\n", mode=0o755)
     with pytest.raises(ScriptError, match="cannot be started"):
         run_script(str(skill), "noshebang")
 
 
 def test_a_missing_interpreter_is_a_clear_error(skill):
-    write(skill, "tool", "#!/usr/bin/no-such-interpreter\nprint(1)\n", mode=0o755)
+    write_file(skill, "tool", "#!/usr/bin/no-such-interpreter\nprint(1)\n", mode=0o755)
     with pytest.raises(ScriptError, match="tool cannot be started"):
         run_script(str(skill), "tool")
 
 
 def test_an_executable_with_a_shebang_and_a_symlink_to_it_run(skill):
     # a symlink inside the folder to another file inside the folder is fine
-    script = write(skill, "bin/tool", f"#!{sys.executable}\nimport sys\nprint('tool', sys.argv[1:])\n", mode=0o755)
+    script = write_file(skill, "bin/tool", f"#!{sys.executable}\nimport sys\nprint('tool', sys.argv[1:])\n", mode=0o755)
     assert stat.S_IMODE(script.stat().st_mode) & 0o100
     (skill / "tool-link").symlink_to(script)
     assert run_script(str(skill), "bin/tool", ["1"]).stdout == "tool ['1']\n"
@@ -308,7 +300,7 @@ def test_an_executable_with_a_shebang_and_a_symlink_to_it_run(skill):
 
 
 def test_keyboard_interrupt_kills_the_script_and_propagates(skill, monkeypatch):
-    write(skill, "slow.py", "import time\nprint('started', flush=True)\ntime.sleep(120)\n")
+    write_file(skill, "slow.py", "import time\nprint('started', flush=True)\ntime.sleep(120)\n")
     original = execute.subprocess.Popen.wait
     started: list[int] = []
 

@@ -14,7 +14,7 @@ import pytest
 from processes import gone, processes_running, wait_until_gone
 from IPython.core.error import StdinNotImplementedError
 
-from skillfiles import make_skill
+from skillfiles import make_skill, write_file
 from skills_magic.catalog import Source
 from skills_magic.execute import DEFAULT_TIMEOUT_SECONDS, MAX_OUTPUT_BYTES
 from skills_magic.gate import Gate, PermissionRequest, Unattended, unattended
@@ -34,21 +34,12 @@ SECRETS = {
 }
 
 
-def write(folder: Path, relative: str, text: str, mode: int | None = None) -> Path:
-    path = folder / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    if mode is not None:
-        path.chmod(mode)
-    return path
-
-
 def build_skill(root: Path, name: str = "x", scripts: dict[str, str] | None = None, *, frontmatter: str | None = None,
                 body: str = "# Body\n\nRun the scripts.\n") -> Path:
     folder = root / name
     make_skill(folder, frontmatter, body, name=name)
     for relative, text in (scripts if scripts is not None else {"scripts/run.py": RUN}).items():
-        write(folder, relative, text)
+        write_file(folder, relative, text)
     return folder
 
 
@@ -102,8 +93,8 @@ def assert_run_went_on(result) -> None:
 def outside(place) -> Path:
     """A script outside every skill that would leave place/MARKER behind if it ever ran."""
     folder = place / "outside"
-    write(folder, "evil.py", f"import pathlib\npathlib.Path({str(place / 'MARKER')!r}).write_text('ran')\n")
-    write(folder, "evil.sh", f"touch {place / 'MARKER'}\n")
+    write_file(folder, "evil.py", f"import pathlib\npathlib.Path({str(place / 'MARKER')!r}).write_text('ran')\n")
+    write_file(folder, "evil.sh", f"touch {place / 'MARKER'}\n")
     return folder
 
 
@@ -334,7 +325,7 @@ def test_binary_output_is_decoded_with_replacement(place):
 
 def test_a_missing_interpreter_is_a_clear_error_and_an_is_error_tool_result(place):
     folder = build_skill(place / "skills", scripts={})
-    write(folder, "scripts/tool", "#!/nonexistent/interpreter\nprint('never')\n", mode=0o755)
+    write_file(folder, "scripts/tool", "#!/nonexistent/interpreter\nprint('never')\n", mode=0o755)
     session = new_session(place)
     session.add_rule("allow", "x:scripts/*")
     result = agent_run(session, script_call("scripts/tool"))

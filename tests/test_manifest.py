@@ -10,20 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillfiles import make_skill
+from skillfiles import make_skill, write_file
 from skills_magic.catalog import Source
 from skills_magic.gate import unattended
 from skills_magic.manifest import LOCK_FILE, LOCK_HEADER, FileState, Manifest, ManifestMismatch, lock_path, skill_files
 from skills_magic.session import SkillsSession
 
 RUN = "print('ran')\n"
-
-
-def write(folder: Path, relative: str, text: str) -> Path:
-    path = folder / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def sha(data: bytes | str) -> str:
@@ -43,8 +36,8 @@ def folder(place) -> Path:
     """Skill `x` (version 2.1) with a script that leaves place/MARKER behind when it runs."""
     skill = place / "skills" / "x"
     make_skill(skill, "name: x\ndescription: Does a thing. Use when testing.\nmetadata:\n  version: '2.1'\n")
-    write(skill, "scripts/run.py", f"open({str(place / 'MARKER')!r}, 'w').write('ran')\nprint('ran')\n")
-    write(skill, "references/notes.md", "# Notes\n")
+    write_file(skill, "scripts/run.py", f"open({str(place / 'MARKER')!r}, 'w').write('ran')\nprint('ran')\n")
+    write_file(skill, "references/notes.md", "# Notes\n")
     return skill
 
 
@@ -70,15 +63,15 @@ def test_skill_files_lists_every_file_with_size_and_digest_sorted(folder):
 
 
 def test_skill_files_skips_caches_and_vcs_folders(folder):
-    write(folder, "scripts/__pycache__/run.cpython-311.pyc", "cache")
-    write(folder, ".git/HEAD", "ref: refs/heads/main\n")
-    write(folder, ".ipynb_checkpoints/x.ipynb", "{}")
-    write(folder, "scripts/old.pyc", "cache")
+    write_file(folder, "scripts/__pycache__/run.cpython-311.pyc", "cache")
+    write_file(folder, ".git/HEAD", "ref: refs/heads/main\n")
+    write_file(folder, ".ipynb_checkpoints/x.ipynb", "{}")
+    write_file(folder, "scripts/old.pyc", "cache")
     assert [f.path for f in skill_files(str(folder))] == ["SKILL.md", "references/notes.md", "scripts/run.py"]
 
 
 def test_a_symlink_is_recorded_as_what_it_points_to(folder, place):
-    target = write(place, "elsewhere/data.txt", "outside bytes\n")
+    target = write_file(place, "elsewhere/data.txt", "outside bytes\n")
     (folder / "data.txt").symlink_to(target)
     entry = {f.path: f for f in skill_files(str(folder))}["data.txt"]
     assert entry.sha256 == sha("outside bytes\n") and entry.size == len("outside bytes\n")
@@ -160,8 +153,8 @@ def test_a_review_shows_added_changed_removed_and_unchanged_files_with_both_dige
     session = reviewed(place)
     old_script = sha((folder / "scripts" / "run.py").read_bytes())
     old_notes = sha("# Notes\n")
-    write(folder, "scripts/run.py", "print('new')\n")
-    write(folder, "scripts/extra.sh", "echo extra\n")
+    write_file(folder, "scripts/run.py", "print('new')\n")
+    write_file(folder, "scripts/extra.sh", "echo extra\n")
     (folder / "references" / "notes.md").unlink()
     _, changes, written = session.review("x")
     assert not written
@@ -182,7 +175,7 @@ def test_a_review_shows_added_changed_removed_and_unchanged_files_with_both_dige
 def test_a_never_reviewed_skill_is_not_checked(folder, place):
     manifest = Manifest(str(place / LOCK_FILE))
     assert manifest.check("x", str(folder)) is False
-    write(folder, "scripts/run.py", "print('anything')\n")
+    write_file(folder, "scripts/run.py", "print('anything')\n")
     assert manifest.check("x", str(folder)) is False
     session = new_session(place)
     session.add_rule("allow", "x:scripts/*", writable=[str(place)])  # its MARKER is written in the project
@@ -193,7 +186,7 @@ def test_another_skills_review_does_not_check_this_one(folder, place):
     make_skill(place / "skills" / "y")
     session = new_session(place)
     session.review("y", confirm=lambda: True)
-    write(folder, "scripts/run.py", "print('anything')\n")
+    write_file(folder, "scripts/run.py", "print('anything')\n")
     assert session.manifest.check("x", str(folder)) is False
 
 
@@ -228,7 +221,7 @@ def test_a_script_changed_after_review_is_refused_naming_the_file_and_both_diges
 
 def test_a_changed_file_other_than_the_script_also_refuses_the_run(folder, place):
     session = reviewed(place)
-    write(folder, "references/notes.md", "# Notes, edited\n")
+    write_file(folder, "references/notes.md", "# Notes, edited\n")
     result = session.run_script("x", "scripts/run.py")  # even the user's own command
     assert result.stop_reason == "denied" and "x/references/notes.md is not the reviewed file" in result.error
     assert sha("# Notes\n") in result.error and sha("# Notes, edited\n") in result.error
@@ -238,7 +231,7 @@ def test_a_changed_file_other_than_the_script_also_refuses_the_run(folder, place
 def test_a_file_added_after_review_is_refused(folder, place):
     session = reviewed(place)
     lock_before = (place / LOCK_FILE).read_bytes()
-    write(folder, "scripts/helper.py", "print('helper')\n")
+    write_file(folder, "scripts/helper.py", "print('helper')\n")
     with pytest.raises(ManifestMismatch, match=r"x/scripts/helper.py is new since the review \(sha256 "
                                                + sha("print('helper')\n")):
         session.manifest.check("x", str(folder))
@@ -262,7 +255,7 @@ def test_a_file_removed_after_review_is_refused(folder, place):
 
 def test_a_new_review_accepts_the_new_bytes(folder, place):
     session = reviewed(place)
-    write(folder, "scripts/run.py", "print('reviewed again')\n")
+    write_file(folder, "scripts/run.py", "print('reviewed again')\n")
     assert session.run_script("x", "scripts/run.py").stop_reason == "denied"
     _, _, written = session.review("x", confirm=lambda: True)
     assert written
@@ -293,7 +286,7 @@ def test_a_hand_edited_lock_entry_refuses_the_run_instead_of_crashing(folder, pl
 
 def test_an_unreviewed_script_in_a_skipped_folder_is_refused(folder, place):
     session = reviewed(place)
-    write(folder, "scripts/__pycache__/payload.sh", f"touch {place / 'PAYLOAD'}\n")
+    write_file(folder, "scripts/__pycache__/payload.sh", f"touch {place / 'PAYLOAD'}\n")
     result = session.run_script("x", "scripts/__pycache__/payload.sh")
     assert result.stop_reason == "denied"
     assert not (place / "PAYLOAD").exists()

@@ -12,8 +12,8 @@ import sys
 import httpx2
 import pytest
 
-from fake_anthropic import (Error, FakeMessagesAPI, StreamError, message, sent_key, text_block, text_message,
-                            text_pieces, tool_message, tool_use_block, usage)
+from fake_anthropic import (Error, FakeMessagesAPI, StreamError, forget_machine_setup, message, sent_key, text_block,
+                            text_message, text_pieces, tool_message, tool_use_block, usage)
 from skillfiles import make_skill
 from skills_magic.agent import SYSTEM_INSTRUCTIONS, Agent, tool_definitions
 from skills_magic.catalog import Catalog, Source
@@ -31,11 +31,7 @@ BODY = "# Tea notes\n\nRead references/style.md first, then write the notes.\n"
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch, tmp_path):
     """No real credentials, base URL, profile or model choice leaks in from the machine running the tests."""
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
-                 "ANTHROPIC_PROFILE", "ANTHROPIC_IDENTITY_TOKEN", "ANTHROPIC_IDENTITY_TOKEN_FILE",
-                 "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_ORGANIZATION_ID", "SKILLS_MAGIC_MODEL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "no-anthropic-config"))
+    forget_machine_setup(monkeypatch, tmp_path)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import yaml
 from IPython.core.error import StdinNotImplementedError, UsageError
 from traitlets.config import Config
 
-from skillfiles import make_skill
+from skillfiles import make_skill, write_file
 from skills_magic.catalog import Source
 from skills_magic.display import AuditView, PolicyView, ReviewView
 from skills_magic.gate import PermissionRequest
@@ -30,13 +30,6 @@ def ran(place) -> bool:
     """Whether scripts/run.py ran: its MARKER is in a run's scratch folder (sandboxed) or next to the test."""
     return (place / "MARKER").exists() or bool(list(place.glob(".skills/runs/*/MARKER")))
 
-def write(folder: Path, relative: str, text: str) -> Path:
-    path = folder / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
     """The notebook's folder: skills x and y on SKILLS_MAGIC_PATH, the lock and the audit database beside them."""
@@ -50,9 +43,9 @@ def place(tmp_path, monkeypatch) -> Path:
     x = tmp_path / "skills" / "x"
     make_skill(x, "name: x\ndescription: Does a thing. Use when testing.\nmetadata:\n  version: '1.0'\n")
     # MARKER goes to the run's scratch folder inside the sandbox (the only place it may write), else next to the test
-    write(x, "scripts/run.py", "import os\nopen(os.path.join(os.environ.get('SKILLS_MAGIC_OUTPUT', "
+    write_file(x, "scripts/run.py", "import os\nopen(os.path.join(os.environ.get('SKILLS_MAGIC_OUTPUT', "
           f"{str(tmp_path)!r}), 'MARKER'), 'w')\nprint('ran')\n")
-    write(x, "scripts/env.py", ENV_DUMP)
+    write_file(x, "scripts/env.py", ENV_DUMP)
     make_skill(tmp_path / "skills" / "y")
     return tmp_path
 
@@ -265,8 +258,8 @@ def test_review_after_changes_shows_each_kind_of_change(ip, magics, place, monke
     lock_before = (place / ".scratch" / "skills.lock").read_bytes()
     folder = place / "skills" / "x"
     (folder / "scripts" / "env.py").unlink()
-    write(folder, "scripts/run.py", "print('changed')\n")
-    write(folder, "scripts/new.sh", "echo new\n")
+    write_file(folder, "scripts/run.py", "print('changed')\n")
+    write_file(folder, "scripts/new.sh", "echo new\n")
     view = skills(ip, "review x")
     files = {f["path"]: f for f in view.data()["files"]}
     assert {p: f["change"] for p, f in files.items()} == {

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from fake_anthropic import FakeMessagesAPI, text_message, tool_message, usage
+from fake_anthropic import FakeMessagesAPI, forget_machine_setup, text_message, tool_message, usage
 from skillfiles import make_skill
 from skills_magic.catalog import Source
 from skills_magic.magics import SkillsMagics, unregister
@@ -38,10 +38,8 @@ ANSWER = "Orchid, cream, a long honey finish."
 
 @pytest.fixture(autouse=True)
 def environment(monkeypatch, tmp_path):
-    for name in ("ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS", "ANTHROPIC_PROFILE",
-                 "SKILLS_MAGIC_MODEL", "SKILLS_MAGIC_PATH"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "no-anthropic-config"))
+    forget_machine_setup(monkeypatch, tmp_path)
+    monkeypatch.delenv("SKILLS_MAGIC_PATH", raising=False)
     monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
     monkeypatch.setenv("MY_SERVICE_TOKEN", SERVICE_TOKEN)
     monkeypatch.chdir(tmp_path)

@@ -19,7 +19,7 @@ import threading
 
 import httpx2
 import pytest
-from fake_anthropic import Error, FakeAnthropicServer, text_message, tool_message, usage
+from fake_anthropic import Error, FakeAnthropicServer, forget_machine_setup, text_message, tool_message, usage
 
 from skills_magic.catalog import Source
 from skills_magic.display import VotesView
@@ -45,12 +45,7 @@ CLAIM = re.compile(r'## Claim under review\n"(.*)"')
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch, tmp_path):
     """No real credentials, base URL, profile or model choice leak in from the machine running the tests."""
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
-                 "ANTHROPIC_PROFILE", "ANTHROPIC_IDENTITY_TOKEN", "ANTHROPIC_IDENTITY_TOKEN_FILE",
-                 "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_ORGANIZATION_ID", "SKILLS_MAGIC_MODEL",
-                 "SKILLS_MAGIC_MAX_RETRIES"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "no-anthropic-config"))
+    forget_machine_setup(monkeypatch, tmp_path)
     monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "skills.sqlite"))
     monkeypatch.setenv("SKILLS_MAGIC_LOCK", str(tmp_path / "skills.lock"))
     monkeypatch.chdir(tmp_path)
