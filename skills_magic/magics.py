@@ -27,13 +27,16 @@ SOURCE_LABELS = ("session", "path", "project", "user", "bundled")
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (one line in the notebook) instead of printing and exiting."""
+    """argparse that raises UsageError (one line in the notebook) instead of printing and exiting; a subclass names
+    its own usage line (subparsers are made of the same class, so they share it)."""
+
+    usage_line = SHORT_USAGE
 
     def error(self, message):
-        raise UsageError(f"{message}; {SHORT_USAGE}")
+        raise UsageError(f"{message}; {self.usage_line}")
 
     def exit(self, status=0, message=None):
-        raise UsageError(SHORT_USAGE)
+        raise UsageError(self.usage_line)
 
 
 def _budget(text: str) -> int:
@@ -109,11 +112,7 @@ def _ledger_words(line: str) -> list[str]:
 
 
 class _LedgerParser(_Parser):
-    def error(self, message):
-        raise UsageError(f"{message}; {LEDGER_USAGE}")
-
-    def exit(self, status=0, message=None):
-        raise UsageError(LEDGER_USAGE)
+    usage_line = LEDGER_USAGE
 
 
 def _build_ledger_parser() -> argparse.ArgumentParser:
@@ -144,11 +143,7 @@ def _build_ledger_parser() -> argparse.ArgumentParser:
 
 
 class _RunParser(_Parser):
-    def error(self, message):
-        raise UsageError(f"{message}; {RUN_USAGE}")
-
-    def exit(self, status=0, message=None):
-        raise UsageError(RUN_USAGE)
+    usage_line = RUN_USAGE
 
 
 def _turns(text: str) -> int:
@@ -164,11 +159,7 @@ VERIFY_USAGE = ("usage: %%skill verify [--votes N] [--refutations R] [--concurre
 
 
 class _VerifyParser(_Parser):
-    def error(self, message):
-        raise UsageError(f"{message}; {VERIFY_USAGE}")
-
-    def exit(self, status=0, message=None):
-        raise UsageError(VERIFY_USAGE)
+    usage_line = VERIFY_USAGE
 
 
 def _positive(text: str) -> int:
