@@ -4,23 +4,35 @@ The system prompt is short instructions plus the `<available_skills>` catalog (m
 budget, no locations), marked for prompt caching and byte-identical for the same catalog. Tools:
 `activate_skill(name)`, `read_skill_resource(skill, path)`, `run_skill_script(skill, path, args, stdin)`. Every
 disclosure is a row of the load trace: discover, activate, reference, execute, model call.
+
+Whatever the model sends as a tool's input (wrong types, missing fields, NUL characters, lone surrogates, huge
+strings) is answered with an `is_error` tool result saying why in one line, and the run goes on. Text going back to
+the model, and the model's own turns echoed in the next request, have lone surrogates replaced, so the request can
+always be encoded.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from skills_magic.disclosure import ResourceError, activation_text, deny_inline, read_resource
+from skills_magic.errors import DatabaseUnreadable
 from skills_magic.listing import DEFAULT_BUDGET_CHARS, xml_listing
 from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, usage_of
 from skills_magic.skill import Skill
 
 DEFAULT_MAX_TURNS = 20  # model calls per run; a loop that needs more is usually stuck
 DEFAULT_MAX_TOKENS = 4096  # per model call
+MAX_INPUT_STRING_CHARS = 1_000_000  # a model writes at most ~128k tokens (~500 KB) a turn: longer is not model text
+MAX_INPUT_DEPTH = 32  # the tools take flat objects; deeper nesting is garbage, refused before anything walks it
+MAX_PATH_CHARS = 4096  # Linux's PATH_MAX: a longer `path` names no file
+SHOWN_INPUT_CHARS = 80  # how much of a bad value an error result quotes back
+LAST_RESORT_CHARS = 300  # how much of an unexpected error's first line a tool result carries
 SYSTEM_INSTRUCTIONS = (
     "You can use Agent Skills: folders of instructions, scripts and references for specific tasks. The skills "
     "available are listed below by name and description only. When a task matches a skill, call activate_skill "
@@ -163,8 +175,79 @@ class ToolInputError(Exception):
     """A tool call whose input does not fit the tool; answered with `is_error`, the run goes on."""
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """The text with each lone surrogate (which UTF-8 cannot encode) replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+def clean(value: Any) -> Any:
+    """A copy of a JSON-like value with every string `clean_text`ed; iterative, so any depth is safe."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if not isinstance(value, (dict, list)):
+        return value
+    top: Any = {} if isinstance(value, dict) else [None] * len(value)
+    pending = [(value, top)]
+    while pending:
+        source, target = pending.pop()
+        for key, item in (source.items() if isinstance(source, dict) else enumerate(source)):
+            if isinstance(item, (dict, list)):
+                copied: Any = {} if isinstance(item, dict) else [None] * len(item)
+                pending.append((item, copied))
+            else:
+                copied = clean_text(item) if isinstance(item, str) else item
+            target[clean_text(key) if isinstance(key, str) else key] = copied
+    return top
+
+
+def _shown(value: Any) -> str:
+    """A bad value quoted back to the model: its repr, cut short (a 10 MB name is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_INPUT_CHARS else text[: SHOWN_INPUT_CHARS - 1] + "…"
+
+
+def _where(path: tuple[Any, ...]) -> str:
+    """`args[1]`, `metadata.key`, or "the input": where in a tool input a bad value is."""
+    if not path:
+        return "the input"
+    text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path).lstrip(".")
+    return f"`{text if len(text) <= SHOWN_INPUT_CHARS else text[: SHOWN_INPUT_CHARS - 1] + '…'}`"
+
+
+def _input_problem(data: Any) -> str | None:
+    """Why a tool input cannot be used whatever the tool (a NUL, a lone surrogate, a huge string, deep nesting),
+    and where it is."""
+    pending: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while pending:
+        value, path = pending.pop()
+        if isinstance(value, str):
+            where = _where(path)
+            if len(value) > MAX_INPUT_STRING_CHARS:
+                return f"{where} has {len(value):,} characters, more than the {MAX_INPUT_STRING_CHARS:,} a tool input may hold"
+            if "\x00" in value:
+                return f"{where} contains a NUL character (\\u0000), which no tool input may contain"
+            if clean_text(value) is not value:
+                return f"{where} contains a lone surrogate (such as \\ud800), which is not valid Unicode text"
+        elif isinstance(value, (dict, list)):
+            if len(path) >= MAX_INPUT_DEPTH:
+                return f"the input is nested more than {MAX_INPUT_DEPTH} levels deep"
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    pending += [(key, (*path, "<a key>")), (item, (*path, clean_text(str(key))))]
+            else:
+                pending += [(item, (*path, index)) for index, item in enumerate(value)]
+    return None
+
+
 def _text_of(content: list[dict[str, Any]]) -> str:
-    return "".join(block.get("text", "") for block in content if block.get("type") == "text")
+    return "".join(str(block.get("text", "")) for block in content if isinstance(block, dict) and block.get("type") == "text")
 
 
 def _size(text: str) -> int:
@@ -207,9 +290,10 @@ class Agent:
             raise ToolInputError(f"`{field_name}` must be the name of a listed skill")
         found = self.visible.get(value) or self.activated.get(value)
         if found is None:
-            close = difflib.get_close_matches(value, list(self.visible), n=3)
+            # names are at most 64 characters: a long value is compared by its start only (difflib is quadratic)
+            close = difflib.get_close_matches(value[:SHOWN_INPUT_CHARS], list(self.visible), n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ToolInputError(f"no skill named {value!r} is available{hint}")
+            raise ToolInputError(f"no skill named {_shown(value)} is available{hint}")
         return found
 
     def _activate(self, skill: Skill, arguments: Sequence[str], result: RunResult) -> str:
@@ -225,43 +309,78 @@ class Agent:
         try:
             if not isinstance(data, dict):
                 raise ToolInputError(f"the input of {name} must be a JSON object")
-            if name == "activate_skill":
-                content = self._activate(self._skill(data.get("name"), "name"), arguments, result)
-            elif name == "read_skill_resource":
-                skill = self._skill(data.get("skill"))
-                try:
-                    resource = read_resource(skill, data.get("path"))
-                except ResourceError as error:
-                    raise ToolInputError(str(error)) from None
-                content = resource.text
-                result.trace.append(TraceEvent("reference", f"{skill.name}/{resource.path}", bytes=_size(content)))
-            elif name == "run_skill_script":
-                skill = self._skill(data.get("skill"))
-                path, args, stdin = data.get("path"), data.get("args") or [], data.get("stdin") or ""
-                if not isinstance(path, str) or not isinstance(args, list) or not isinstance(stdin, str):
-                    raise ToolInputError("run_skill_script needs `path` (a string), `args` (a list) and `stdin` (a string)")
-                if self.run_script is None:
-                    result.trace.append(TraceEvent("execute", f"{skill.name}/{path}", detail="denied: no permission policy"))
-                    raise ToolInputError(NOT_PERMITTED.format(path=path, skill=skill.name))
-                content, failed, event = self.run_script(skill, path, [str(a) for a in args], stdin)
-                result.trace.append(event)
-                if failed:
-                    raise ToolInputError(content)
-            elif name == "experiment" and self.ledger is not None:
-                try:
-                    content, entry = self.ledger[1](data)
-                except Exception as error:  # the ledger's named errors go back to the model, which can correct them
-                    raise ToolInputError(str(error)) from None
-                if entry is not None:
-                    result.ledger_entries.append(entry)
-            else:
-                raise ToolInputError(f"there is no tool named {name!r}")
+            problem = _input_problem(data)
+            if problem is not None:
+                raise ToolInputError(f"the input of {name} cannot be used: {problem}")
+            content = self._dispatch(name, data, arguments, result)
         except ToolInputError as error:
-            message = str(error)
-            result.tool_calls.append(ToolCall(block.get("id", ""), str(name), data, _size(message), True, message))
-            return {"type": "tool_result", "tool_use_id": block.get("id", ""), "content": message, "is_error": True}
-        result.tool_calls.append(ToolCall(block.get("id", ""), str(name), data, _size(content), False))
-        return {"type": "tool_result", "tool_use_id": block.get("id", ""), "content": content}
+            message = clean_text(str(error))
+        except DatabaseUnreadable:
+            raise  # the project's file is broken: nothing may run, and the user (not the model) has to act
+        except (ValueError, TypeError, LookupError, UnicodeError, OSError) as error:
+            # a last resort, so that no input can end the run: the model hears what failed, in one line
+            first = str(error).splitlines()[0][:LAST_RESORT_CHARS] if str(error) else ""
+            message = clean_text(f"{name} failed on this input: {type(error).__name__}" + (f": {first}" if first else ""))
+        else:
+            content = clean_text(content)  # script output or a file could carry a lone surrogate: never sent raw
+            result.tool_calls.append(ToolCall(block.get("id", ""), str(name), clean(data), _size(content), False))
+            return {"type": "tool_result", "tool_use_id": block.get("id", ""), "content": content}
+        result.tool_calls.append(ToolCall(block.get("id", ""), str(name), clean(data), _size(message), True, message))
+        return {"type": "tool_result", "tool_use_id": block.get("id", ""), "content": message, "is_error": True}
+
+    def _dispatch(self, name: Any, data: dict[str, Any], arguments: Sequence[str], result: RunResult) -> str:
+        """The text a tool gives back; ToolInputError when the input does not fit it."""
+        if name == "activate_skill":
+            content = self._activate(self._skill(data.get("name"), "name"), arguments, result)
+        elif name == "read_skill_resource":
+            skill = self._skill(data.get("skill"))
+            if isinstance(data.get("path"), str) and len(data["path"]) > MAX_PATH_CHARS:
+                raise ToolInputError(f"read_skill_resource needs a `path` of at most {MAX_PATH_CHARS} characters")
+            try:
+                resource = read_resource(skill, data.get("path"))
+            except ResourceError as error:
+                raise ToolInputError(str(error)) from None
+            content = resource.text
+            result.trace.append(TraceEvent("reference", f"{skill.name}/{resource.path}", bytes=_size(content)))
+        elif name == "run_skill_script":
+            skill = self._skill(data.get("skill"))
+            path, args, stdin = data.get("path"), data.get("args"), data.get("stdin")
+            args = [] if args is None else args
+            stdin = "" if stdin is None else stdin
+            if not isinstance(path, str) or not isinstance(args, list) or not isinstance(stdin, str):
+                raise ToolInputError("run_skill_script needs `path` (a string), `args` (a list) and `stdin` (a string)")
+            if len(path) > MAX_PATH_CHARS:
+                raise ToolInputError(f"run_skill_script needs a `path` of at most {MAX_PATH_CHARS} characters")
+            # numbers are written out as the model meant them; a list, a mapping or null is not an argument
+            if any(not isinstance(a, (str, int, float)) or isinstance(a, bool) for a in args):
+                raise ToolInputError("run_skill_script needs `args` to be a list of strings")
+            if self.run_script is None:
+                result.trace.append(TraceEvent("execute", f"{skill.name}/{path}", detail="denied: no permission policy"))
+                raise ToolInputError(NOT_PERMITTED.format(path=path, skill=skill.name))
+            content, failed, event = self.run_script(skill, path, [str(a) for a in args], stdin)
+            result.trace.append(event)
+            if failed:
+                raise ToolInputError(content)
+        elif name == "experiment" and self.ledger is not None:
+            self._check_experiment(data)
+            try:
+                content, entry = self.ledger[1](data)
+            except DatabaseUnreadable:
+                raise
+            except Exception as error:  # the ledger's named errors go back to the model, which can correct them
+                raise ToolInputError(str(error)) from None
+            if entry is not None:
+                result.ledger_entries.append(entry)
+        else:
+            raise ToolInputError(f"there is no tool named {_shown(name)}")
+        return content
+
+    @staticmethod
+    def _check_experiment(data: dict[str, Any]) -> None:
+        """The action, whatever its type (a list is not hashable); the fields are the ledger's to judge, by name."""
+        action = data.get("action")
+        if not isinstance(action, str) or action not in EXPERIMENT_ACTIONS:
+            raise ToolInputError(f"`action` must be one of {', '.join(EXPERIMENT_ACTIONS)}")
 
     # --- the loop -----------------------------------------------------------------------------------------------
 
@@ -299,7 +418,7 @@ class Agent:
             if chosen is None:
                 raise ToolInputError(f"no skill named {skill!r}")
             first.append({"type": "text", "text": self._activate(chosen, arguments, result)})
-        first.append({"type": "text", "text": task})
+        first.append({"type": "text", "text": clean_text(task)})
         messages = result.messages
         messages.append({"role": "user", "content": first})
         try:
@@ -324,15 +443,18 @@ class Agent:
                 result.stop_reason = "context_window_exceeded" if error.kind == "context" else "error"
                 return
             self._account(response, result)
-            content = list(response.get("content") or [])
+            received = list(response.get("content") or [])
             stop = response.get("stop_reason") or "end_turn"
             result.stop_reason = stop
+            # echoed in the next request, which must encode as UTF-8: a lone surrogate the model sent is replaced
+            # there, while its tool calls are judged on what it really sent (and refused, with the reason)
+            content = clean(received)
             messages.append({"role": "assistant", "content": content})
             text = _text_of(content)
             if text:
                 result.final_text = text
                 notify("text", text)
-            calls = [b for b in content if b.get("type") == "tool_use"]
+            calls = [b for b in received if isinstance(b, dict) and b.get("type") == "tool_use"]
             if stop == "tool_use":
                 if not calls:
                     result.error = "the model stopped for tool use without calling a tool"
@@ -346,7 +468,7 @@ class Agent:
             if stop == "pause_turn":
                 continue  # the API paused a long turn: send it back as-is and let the model go on
             if stop == "max_tokens":
-                if calls and content and content[-1].get("type") == "tool_use":
+                if calls and content and isinstance(content[-1], dict) and content[-1].get("type") == "tool_use":
                     result.note = "the answer hit max_tokens inside a tool call; the cut-off call was not run"
                 else:
                     result.note = "the answer hit max_tokens and may be cut off"

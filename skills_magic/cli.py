@@ -4,10 +4,13 @@
   skills-magic to-prompt PATH...          <available_skills> XML (validated first; same bytes as skills-ref)
   skills-magic list PATH... [--json]      the grouped listing of the skills found under the paths
   skills-magic lint PATH... [--json]      description lint (exit 0 clean, 1 findings, 2 usage)
-  skills-magic ledger check [--db FILE] [--plan SLUG] | NOTEBOOK.ipynb    exit 1 while a prediction is open
+  skills-magic ledger check [--db FILE] [--plan SLUG] | NOTEBOOK.ipynb
+                                          exit 0 all judged, 1 a prediction is open, 2 could not read (or usage)
   skills-magic ledger export [--db FILE] [--plan SLUG] [--format jsonl|md]
   skills-magic run-notebook NOTEBOOK...   execute notebooks headless and print their outputs
                                           (--output-dir DIR: save executed copies; --inplace: refresh them)
+  skills-magic trust [FILE] [--revoke]    show every rule of a project's skills-policy.yaml (default: here) and
+                                          trust these exact bytes, or forget them (exit 2: no such file)
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import sys
 from collections.abc import Sequence
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+LEDGER_EXIT_CODES = ("exit codes: 0 every prediction is judged, 1 a prediction is open (or a notebook has no ledger "
+                     "outputs), 2 the database or notebook could not be read (or a usage error)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,11 +43,15 @@ def _parser() -> argparse.ArgumentParser:
     lint.add_argument("--json", action="store_true")
     ledger = sub.add_parser("ledger", help="check or export the experiment ledger")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
-    check = ledger_sub.add_parser("check", help="exit 1 while a prediction is open (from the database or a notebook)")
+    check = ledger_sub.add_parser(
+        "check", help="exit 1 while a prediction is open (from the database or a notebook)",
+        description="The ledger gate, on the project's database (opened read-only) or an executed notebook.",
+        epilog=LEDGER_EXIT_CODES)
     check.add_argument("notebook", nargs="?", help="an executed .ipynb: rebuild the ledger from its outputs")
     check.add_argument("--db", help="the SQLite file (default .skills/skills.sqlite or SKILLS_MAGIC_DB)")
     check.add_argument("--plan", help="only this plan (SLUG or sci.SLUG)")
-    export = ledger_sub.add_parser("export", help="write every entry to stdout")
+    export = ledger_sub.add_parser("export", help="write every entry to stdout",
+                                   epilog="exit codes: 0 written, 2 the database could not be read (or a usage error)")
     export.add_argument("--db")
     export.add_argument("--plan")
     export.add_argument("--format", choices=["jsonl", "md"], default="jsonl")
@@ -52,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     output = run.add_mutually_exclusive_group()
     output.add_argument("--inplace", action="store_true", help="save the outputs into the notebook (no timing metadata)")
     output.add_argument("--output-dir", help="write the executed notebooks into this folder")
+    trust = sub.add_parser("trust", help="trust the exact bytes of a project's skills-policy.yaml (its allow rules apply)")
+    trust.add_argument("file", nargs="?", help="the policy file (default: skills-policy.yaml here)")
+    trust.add_argument("--revoke", action="store_true", help="forget it: its allow rules are inert again")
     return parser
 
 
@@ -172,30 +184,50 @@ def _ledger_database(path: str | None):
     from skills_magic.db import Database, resolve_path
 
     path = path or resolve_path(os.getcwd())
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise FileNotFoundError(path)
-    return Database(path)
+    return Database(path, read_only=True)  # a check only reads: it works in a read-only folder, and never migrates
+
+
+class _NotebookUnreadable(Exception):
+    """A notebook file that is not readable JSON of a notebook; exit 2, like a database that cannot be read."""
+
+
+def _listed(value, key: str) -> list:
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, list) else []
 
 
 def _notebook_entries(path: str) -> list[dict]:
     import json as json_module
 
-    with open(path, encoding="utf-8") as handle:
-        notebook = json_module.load(handle)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            notebook = json_module.load(handle)
+    except (OSError, ValueError) as error:  # ValueError: not UTF-8, not JSON
+        reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
+        raise _NotebookUnreadable(f"cannot read the notebook {path}: {reason}") from None
+    if not isinstance(notebook, dict):
+        raise _NotebookUnreadable(f"cannot read the notebook {path}: it is JSON but not a notebook (no cells)")
     found = []
-    for cell in notebook.get("cells", []):
-        for output in cell.get("outputs", []):
-            data = output.get("data", {})
+    for cell in _listed(notebook, "cells"):
+        for output in _listed(cell, "outputs"):
+            data = output.get("data") if isinstance(output, dict) else None
+            data = data if isinstance(data, dict) else {}
             ledger = data.get(LEDGER_MIME)
             if isinstance(ledger, dict):
-                found += [dict(e, plan=e.get("plan") or ledger.get("plan")) for e in ledger.get("entries", [])]
+                found += [dict(e, plan=e.get("plan") or ledger.get("plan")) for e in _listed(ledger, "entries")
+                          if isinstance(e, dict)]
             run = data.get(RUN_MIME)  # entries a model wrote through the experiment tool during a run
             if isinstance(run, dict):
-                found += [e for e in run.get("ledger_entries", []) if isinstance(e, dict)]
+                found += [e for e in _listed(run, "ledger_entries") if isinstance(e, dict)]
     return found
 
 
 def _ledger(args) -> int:
+    import sqlite3
+
+    from skills_magic.errors import DatabaseUnreadable
     from skills_magic.ledger import Ledger, LedgerError, gate_message, open_from_entries, plan_name
 
     try:
@@ -205,15 +237,20 @@ def _ledger(args) -> int:
             source = args.notebook
         else:
             ledger = Ledger(_ledger_database(args.db))
+            # a database no kernel has written a ledger to (read-only: not migrated) has no entries, not an error
+            recorded = ledger.database.has_table("ledger_entries")
             if args.ledger_command == "export":
-                return _export(ledger, plan, args.format)
-            plans = {p: ledger.state(p, limit=0, all_open=True).open for p in ledger.plans()}
+                return _export(ledger, plan, args.format) if recorded else EXIT_OK
+            plans = {p: ledger.state(p, limit=0, all_open=True).open for p in ledger.plans()} if recorded else {}
             source = ledger.database.path
     except FileNotFoundError as error:
         print(f"skills-magic: no ledger at {error}", file=sys.stderr)
         return EXIT_USAGE
-    except LedgerError as error:
+    except (LedgerError, DatabaseUnreadable, _NotebookUnreadable) as error:
         print(f"skills-magic: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except sqlite3.Error as error:  # a readable SQLite file that is not (or no longer) shaped like the ledger
+        print(f"skills-magic: cannot read the ledger in {args.db or 'the database'}: {error}", file=sys.stderr)
         return EXIT_USAGE
     if plan is not None:
         plans = {plan: plans.get(plan, [])} if plan in plans else {}
@@ -267,7 +304,24 @@ def _lint(args) -> int:
     return exit_code(results)
 
 
-COMMANDS = {"lint": _lint, "validate": _validate, "to-prompt": _to_prompt, "list": _list, "ledger": _ledger, "run-notebook": _run_notebook}
+def _trust(args) -> int:
+    from skills_magic.display import TrustView
+    from skills_magic.errors import SkillsMagicError
+    from skills_magic.policy import POLICY_FILE
+    from skills_magic.session import SkillsSession, display_path
+
+    path = os.path.abspath(args.file or POLICY_FILE)
+    try:
+        report = SkillsSession(sources=[], cwd=os.path.dirname(path)).trust(os.path.basename(path), revoke=args.revoke)
+    except SkillsMagicError as error:
+        print(f"skills-magic: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(TrustView(report, display_path).text())
+    return EXIT_OK
+
+
+COMMANDS = {"lint": _lint, "validate": _validate, "to-prompt": _to_prompt, "list": _list, "ledger": _ledger,
+            "run-notebook": _run_notebook, "trust": _trust}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

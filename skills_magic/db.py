@@ -3,6 +3,10 @@
 The schema is a list of small migrations applied in order and recorded in `_migrations` (simonw/llm's idea), so
 it grows issue by issue without breaking a user's existing file. Audit rows are append-only, enforced in the
 database by triggers, not only in Python.
+
+A file that is not a usable SQLite database (random bytes, a damaged or truncated file, a folder, no permission) is
+a `DatabaseUnreadable` naming the file, raised before anything that needs it runs. `Database(path, read_only=True)`
+only reads (no migration, no WAL switch), so `skills-magic ledger check` works on a file in a read-only folder.
 """
 
 from __future__ import annotations
@@ -11,10 +15,19 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable
+from pathlib import Path
+
+from skills_magic.errors import DatabaseUnreadable
 
 DEFAULT_PATH = os.path.join(".skills", "skills.sqlite")  # relative to the session's folder
 PATH_VARIABLE = "SKILLS_MAGIC_DB"
 BUSY_TIMEOUT_MS = 5000  # concurrent kernels wait this long for a write lock instead of failing at once
+# SQLite's primary result codes that mean the file itself cannot be used, not that a statement was wrong: PERM,
+# READONLY, IOERR, CORRUPT, CANTOPEN, NOTADB (`sqlite3.SQLITE_*` from Python 3.11; numbers so 3.10 imports too)
+UNUSABLE_CODES = frozenset({3, 8, 10, 11, 14, 26})
+UNUSABLE_MESSAGES = ("file is not a database", "database disk image is malformed", "unable to open database file",
+                     "disk I/O error", "attempt to write a readonly database")  # the same, where no code is attached
+READ_ONLY_HINT = "check that --db (or SKILLS_MAGIC_DB) names the project's skills.sqlite"
 
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = []
 
@@ -122,11 +135,81 @@ def resolve_path(folder: str, environ=None) -> str:
     return os.path.join(folder, os.path.expanduser(environ.get(PATH_VARIABLE) or DEFAULT_PATH))
 
 
-class Database:
-    """A connection per thread to the project's file, migrated on first use."""
+def unusable(path: str, error: BaseException, hint: str | None = None) -> DatabaseUnreadable | None:
+    """The named error for an SQLite error that means the file cannot be used; None for any other error."""
+    if not isinstance(error, sqlite3.Error) or isinstance(error, (sqlite3.IntegrityError, sqlite3.ProgrammingError)):
+        return None
+    code = getattr(error, "sqlite_errorcode", None)  # extended codes: the primary code is the low byte
+    if isinstance(code, int) and (code & 0xFF) not in UNUSABLE_CODES:
+        return None
+    if not isinstance(code, int) and not any(m in str(error) for m in UNUSABLE_MESSAGES):
+        return None
+    if os.path.isdir(path):
+        return DatabaseUnreadable(path, "it is a folder, not a file", hint)
+    return DatabaseUnreadable(path, (str(error).splitlines() or [type(error).__name__])[0], hint)
 
-    def __init__(self, path: str):
+
+def _translate(connection: sqlite3.Connection, error: sqlite3.Error) -> None:
+    found = unusable(getattr(connection, "file_path", "?"), error, getattr(connection, "hint", None))
+    if found is not None:
+        raise found from None
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor whose errors about the file (damaged pages found while reading rows too) are DatabaseUnreadable."""
+
+    def execute(self, sql, parameters=(), /):
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.Error as error:
+            _translate(self.connection, error)
+            raise
+
+    def fetchone(self):
+        try:
+            return super().fetchone()
+        except sqlite3.Error as error:
+            _translate(self.connection, error)
+            raise
+
+    def fetchall(self):
+        try:
+            return super().fetchall()
+        except sqlite3.Error as error:
+            _translate(self.connection, error)
+            raise
+
+    def fetchmany(self, size: int = 1):
+        try:
+            return super().fetchmany(size)
+        except sqlite3.Error as error:
+            _translate(self.connection, error)
+            raise
+
+    def __next__(self):
+        try:
+            return super().__next__()
+        except sqlite3.Error as error:
+            _translate(self.connection, error)
+            raise
+
+
+class _Connection(sqlite3.Connection):
+    """`execute` goes through `_Cursor`, so every statement of the package reports an unusable file by name."""
+
+    file_path = ""
+    hint: str | None = None
+
+    def execute(self, sql, parameters=(), /):
+        return self.cursor(_Cursor).execute(sql, parameters)
+
+
+class Database:
+    """A connection per thread to the project's file, migrated on first use (or, `read_only`, only read)."""
+
+    def __init__(self, path: str, read_only: bool = False):
         self.path = path
+        self.read_only = read_only
         self._local = threading.local()
         self._migrated = False
         self._lock = threading.Lock()
@@ -134,19 +217,84 @@ class Database:
     def connect(self) -> sqlite3.Connection:
         connection = getattr(self._local, "connection", None)
         if connection is None:
+            connection = self._open_read_only() if self.read_only else self._open()
+            self._local.connection = connection
+        if not self.read_only:
+            with self._lock:
+                if not self._migrated:
+                    migrate(connection)
+                    self._migrated = True
+        return connection
+
+    def _connection(self, target: str, hint: str | None, **options) -> _Connection:
+        try:
+            connection = sqlite3.connect(target, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                         factory=_Connection, **options)
+        except sqlite3.Error as error:
+            found = unusable(self.path, error, hint)
+            if found is None:
+                raise
+            raise found from None
+        connection.file_path, connection.hint = self.path, hint
+        connection.row_factory = sqlite3.Row
+        return connection
+
+    def _open(self) -> _Connection:
+        if os.path.isdir(self.path):
+            raise DatabaseUnreadable(self.path, "it is a folder, not a file")
+        try:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-            connection.row_factory = sqlite3.Row
+        except OSError as error:
+            raise DatabaseUnreadable(self.path, f"its folder cannot be made ({error.strerror or error})") from None
+        connection = self._connection(self.path, None)
+        try:
             _retry_locked(lambda: connection.execute("PRAGMA journal_mode=WAL"))  # the busy timeout does not cover it
             connection.execute("PRAGMA synchronous=NORMAL")  # WAL: commits survive a crashed process; no fsync each
             connection.execute("PRAGMA foreign_keys=ON")
             connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            self._local.connection = connection
-        with self._lock:
-            if not self._migrated:
-                migrate(connection)
-                self._migrated = True
+        except BaseException:
+            connection.close()
+            raise
         return connection
+
+    def _open_read_only(self) -> _Connection:
+        if not os.path.isfile(self.path):
+            reason = "it is a folder, not a file" if os.path.isdir(self.path) else "no such file"
+            raise DatabaseUnreadable(self.path, reason, READ_ONLY_HINT)
+        uri = Path(os.path.abspath(self.path)).as_uri()
+        # mode=ro still needs the -shm file of a WAL database, which a read-only folder cannot hold: immutable=1
+        # reads the file as it is, which is complete once the last writer closed (its -wal is checkpointed and gone)
+        for query in ("mode=ro", "immutable=1"):
+            connection = self._connection(f"{uri}?{query}", READ_ONLY_HINT, uri=True)
+            try:
+                connection.cursor().execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the file for real
+                return connection
+            except sqlite3.Error as error:
+                connection.close()
+                code = getattr(error, "sqlite_errorcode", None)
+                cannot_open = (code & 0xFF) == 14 if isinstance(code, int) else "unable to open" in str(error)
+                if query == "mode=ro" and cannot_open:
+                    if _has_pending_log(self.path):
+                        raise DatabaseUnreadable(self.path, "its -wal file holds commits that cannot be read while "
+                                                 "the folder is read-only", "open it once where it is writable") from None
+                    continue
+                found = unusable(self.path, error, READ_ONLY_HINT)
+                if found is None:
+                    raise
+                raise found from None
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def has_table(self, name: str) -> bool:
+        row = self.connect().execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+        return row is not None
+
+
+def _has_pending_log(path: str) -> bool:
+    """A non-empty -wal file: commits not yet in the main file, which immutable=1 would silently miss."""
+    try:
+        return os.path.getsize(path + "-wal") > 0
+    except OSError:
+        return False
 
 
 def migrate(db: sqlite3.Connection) -> list[str]:
@@ -162,7 +310,8 @@ def migrate(db: sqlite3.Connection) -> list[str]:
                 applied.append(name)
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # a damaged file may already have ended it: keep the first error, not ROLLBACK's
+                db.execute("ROLLBACK")
             raise
     return applied
 

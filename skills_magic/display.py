@@ -419,12 +419,15 @@ def _sandbox_state() -> dict[str, Any]:
 
 
 class PolicyView(View):
-    """`%skills policy`: the rules in evaluation order with their origin, problems met, each skill's review state."""
+    """`%skills policy`: the rules in evaluation order with their origin, problems met, the policy files and whether
+    their rules are in force (trusted, not trusted, changed since trusted), each skill's review state."""
 
     kind = "policy"
 
-    def __init__(self, rules, problems, skills_state: list[tuple[str, str]]):
+    def __init__(self, rules, problems, skills_state: list[tuple[str, str]], files=(), show_path: PathShow = str):
         self.rules, self.problems, self.skills_state = list(rules), list(problems), skills_state
+        self.files = [f for f in files if f.state != "missing"]  # a file that is not there has nothing to say
+        self.show_path = show_path
 
     def text(self) -> str:
         ordered = [r for r in self.rules if r.kind == "deny"] + [r for r in self.rules if r.kind == "allow"]
@@ -432,6 +435,11 @@ class PolicyView(View):
         lines += [f"  {r}" for r in ordered] or ["  (none: every script run is asked; unattended, denied)"]
         if self.problems:
             lines += ["rules not accepted:"] + [f"  ! {p}" for p in self.problems]
+        if self.files:
+            lines.append("policy files:")
+            for f in self.files:
+                lines.append(f"  {f.summary(self.show_path(f.path))}")
+                lines += [f"    inert: {r}" for r in f.inert]
         lines.append("skills.lock:")
         lines += [f"  {name}: {state}" for name, state in self.skills_state]
         from skills_magic.sandbox import availability
@@ -441,12 +449,62 @@ class PolicyView(View):
         return "\n".join(lines)
 
     def data(self) -> dict[str, Any]:
-        return {
+        data = {
             "rules": [{"kind": r.kind, "rule": r.text, "origin": r.origin, "env": list(r.env)} for r in self.rules],
             "problems": self.problems,
             "manifest": dict(self.skills_state),
             "sandbox": _sandbox_state(),
         }
+        if self.files:  # only where there is one, so a notebook without policy files keeps its outputs
+            data["files"] = [_policy_file_data(f, self.show_path) for f in self.files]
+        return data
+
+
+def _rule_data(rule, show_path: PathShow) -> dict[str, Any]:
+    return {"kind": rule.kind, "rule": rule.text, "origin": rule.origin, "env": list(rule.env), "network": rule.network,
+            "write": [show_path(p) for p in rule.writable], "unsandboxed": rule.unsandboxed}
+
+
+def _policy_file_data(file, show_path: PathShow) -> dict[str, Any]:
+    return {"path": show_path(file.path), "owner": file.owner, "state": file.state, "sha256": file.sha256,
+            "trusted_sha256": file.trusted_sha256, "summary": file.summary(show_path(file.path)),
+            "inert": [_rule_data(r, show_path) for r in file.inert]}
+
+
+class TrustView(View):
+    """`%skills trust`: every rule and grant the trusted bytes hold, what was refused or dropped and why, the digest
+    recorded; or, with --revoke, that the file's allow rules are inert again."""
+
+    kind = "trust"
+
+    def __init__(self, report, show_path: PathShow = str):
+        self.report, self.show_path = report, show_path
+
+    def text(self) -> str:
+        r, name = self.report, self.show_path(self.report.path)
+        if r.revoked:
+            lines = [f"revoked: {name} (sha256 {r.sha256}) is no longer trusted" if r.sha256
+                     else f"{name} was not trusted: nothing to revoke"]
+        else:
+            before = ("first trust" if r.previous is None else "the same bytes as before" if r.previous == r.sha256
+                      else f"replacing {r.previous[:12]}…")
+            lines = [f"trusted: {name} (sha256 {r.sha256}; {before})", "the rules these bytes hold (deny first, then allow):"]
+            ordered = [x for x in r.rules if x.kind == "deny"] + [x for x in r.rules if x.kind == "allow"]
+            lines += [f"  {x}" for x in ordered] or ["  (none)"]
+            if r.problems:
+                lines.append("refused or dropped (a project file never grants secrets, unsandboxed runs, writes outside "
+                             "its folder, or a wildcard skill):")
+                lines += [f"  ! {p}" for p in r.problems]
+        if r.now is not None:
+            lines.append(f"now: {r.now.summary(name)}")
+        lines.append(f"trust store: {self.show_path(r.store)}")
+        return "\n".join(lines)
+
+    def data(self) -> dict[str, Any]:
+        r = self.report
+        return {"path": self.show_path(r.path), "revoked": r.revoked, "sha256": r.sha256, "previous": r.previous,
+                "rules": [_rule_data(x, self.show_path) for x in r.rules], "problems": list(r.problems),
+                "state": r.now.state if r.now is not None else None, "store": self.show_path(r.store)}
 
 
 class ReviewView(View):

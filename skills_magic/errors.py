@@ -31,3 +31,44 @@ class NotASkillSource(SkillsMagicError, ValueError):
     def __init__(self, path: str):
         self.path = path
         super().__init__(f"{path} is a file, not a skill folder, a collection folder or a SKILL.md")
+
+
+class DatabaseUnreadable(SkillsMagicError):
+    """The project's SQLite file cannot be opened or read: not a database, damaged, a folder, or not permitted.
+
+    Not an OSError on purpose: code that turns OSErrors into tool results must let this one stop the action, since
+    nothing may run when its audit row cannot be written."""
+
+    MOVE_ASIDE = "move it aside (a new one is made on next use) or set SKILLS_MAGIC_DB to another file"
+
+    def __init__(self, path: str, reason: str, hint: str | None = None):
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot use the database {path}: {reason}; {hint or self.MOVE_ASIDE}")
+
+
+class RunNotFound(SkillsMagicError, LookupError):
+    """`%skills apply RUN` of a run that is not in the project's .skills/runs/ (or `last` before any run)."""
+
+    SHOWN = 5  # recent runs named in the message
+
+    def __init__(self, run: str, recent: list[str] | None = None, why: str | None = None):
+        self.run = run
+        self.recent = recent or []
+        listed = f"recent runs: {', '.join(self.recent[:self.SHOWN])}" if self.recent else "there are no runs yet"
+        super().__init__(f"{why or f'no run named {run!r} in .skills/runs'}; {listed}")
+
+
+class UnknownChange(SkillsMagicError, LookupError):
+    """`%skills apply RUN PATH` of a path the run did not change."""
+
+    SHOWN = 10  # changed paths named in the message
+
+    def __init__(self, path: str, run: str, known: list[str]):
+        self.path, self.run, self.known = path, run, known
+        listed = ", ".join(known[:self.SHOWN]) + (f" and {len(known) - self.SHOWN} more" if len(known) > self.SHOWN else "")
+        super().__init__(f"{run} did not change {path!r}; its changes are: {listed or 'none'}")
+
+
+class ChangeError(SkillsMagicError, ValueError):
+    """A run's change that cannot be read or applied as asked (a deleted file has no new bytes, a link no text)."""

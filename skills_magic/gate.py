@@ -8,17 +8,18 @@ answer is deny, and the message says which rule would pre-approve the run.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-import glob
+import json
 import os
-import re
+import shutil
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from skills_magic import execute, sandbox
-from skills_magic.disclosure import INLINE_SHELL
+from skills_magic import execute, hints, sandbox
 from skills_magic.execute import (
     ScriptError,
     ScriptRun,
@@ -27,8 +28,9 @@ from skills_magic.execute import (
     run_command,
     run_script,
 )
-from skills_magic.manifest import SKIPPED, Manifest, ManifestMismatch, digest
-from skills_magic.policy import Policy, Rule, pre_approval_hint
+from skills_magic.manifest import SKIPPED, Manifest, ManifestMismatch, PrivateCopy, digest
+from skills_magic.policy import Policy, Rule, escape_pattern, pre_approval_hint
+from skills_magic.redact import redactor
 from skills_magic.skill import Skill
 
 INLINE_TIMEOUT_SECONDS = 10.0  # an inline command fills in a line of instructions; it should be quick
@@ -85,33 +87,76 @@ class Outcome:
     error: str | None = None
 
 
+def masked(run: ScriptRun) -> ScriptRun:
+    """The run with credential-looking values masked in what it printed: everything downstream (tool results,
+    cassettes, the audit, the cell) stores only this."""
+    m = redactor()
+    return dataclasses.replace(run, stdout=m.mask(run.stdout), stderr=m.mask(run.stderr))
+
+
+def _digest_or_none(path: str) -> str | None:
+    """The digest of a file on disk for the audit of a refusal (never blocks: special files are not read)."""
+    try:
+        return digest(path)
+    except OSError:
+        return None
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Gate:
     def __init__(self, policy: Policy, manifest: Manifest, audit: Callable[[dict[str, Any]], None],
-                 timeout: float | None = None, scratch_root: str | None = None, scratch_cap: int | None = None):
+                 timeout: float | None = None, scratch_root: str | None = None, scratch_cap: int | None = None,
+                 protected: Sequence[str] = (), working_folder: str | None = None):
         self.policy = policy
         self.manifest = manifest
         self.audit = audit
         self.timeout = timeout if timeout is not None else execute.DEFAULT_TIMEOUT_SECONDS
         self.scratch_root = scratch_root or tempfile.gettempdir()
-        self.scratch_cap = scratch_cap if scratch_cap is not None else sandbox.SCRATCH_CAP_BYTES
+        self.scratch_cap = scratch_cap  # None: the write limit of the rule's grants (or the default)
+        self.protected = tuple(protected)  # the project's control files: read-only in every sandbox
+        # where scripts and inline commands run: the session's (the notebook's) folder, seen copy-on-write
+        self.working_folder = os.path.realpath(working_folder) if working_folder else None
 
-    def _sandbox(self, skill: str, subject: str, folder: str) -> tuple[Any, str | None]:
-        """(the sandbox for run_command, None), or (None, None) for an allowed unsandboxed run, or (None, refusal)."""
+    def _sandbox(self, skill: str, subject: str, folder: str, skill_copy: tuple[str, str] | None = None
+                 ) -> tuple[Any, str | None]:
+        """(a prepared sandbox Box, None), or (None, None) for an allowed unsandboxed run, or (None, refusal)."""
         grants = self.policy.grants(skill, subject)
         ok, why = sandbox.availability()
         if ok:
+            if self.scratch_cap is not None:
+                grants = dataclasses.replace(grants, limits=dataclasses.replace(grants.limits, write_bytes=self.scratch_cap))
             os.makedirs(self.scratch_root, exist_ok=True)
-            scratch = tempfile.mkdtemp(prefix="run-", dir=self.scratch_root)
-            return (lambda command: sandbox.wrap(command, folder, scratch, grants), scratch, self.scratch_cap), None
+            run = tempfile.mkdtemp(prefix="run-", dir=self.scratch_root)
+            with open(os.path.join(run, "run.json"), "w", encoding="utf-8") as handle:  # what apply checks against
+                json.dump({"started_ns": time.time_ns(), "working_folder": folder, "skill": skill, "subject": subject},
+                          handle)
+            return sandbox.prepare(folder, run, grants, protected=self.protected, skill_copy=skill_copy,
+                                   working=folder == self.working_folder), None
         if grants.unsandboxed:
             return None, None
         hint = pre_approval_hint(skill, subject).replace("%skills allow ", "")
         return None, (f"refused: no sandbox can be made here ({why}); to run it without one anyway: "
                       f"%skills allow {hint} --unsandboxed")
+
+    def _timeout(self, skill: str, subject: str, default: float | None = None) -> float:
+        """A `--timeout` grant, else the gate's own timeout."""
+        granted = self.policy.grants(skill, subject).limits.wall_seconds
+        return float(granted) if granted else (default if default is not None else self.timeout)
+
+    def _explained(self, run: ScriptRun, skill: str, subject: str) -> ScriptRun:
+        """The run with a hint line when it failed for a reason the user can fix (a grant, a missing program)."""
+        if run.exit_code == 0 and not run.timed_out:
+            return run
+        grants = self.policy.grants(skill, subject)
+        hint = hints.failure_hint(run.stderr, run.exit_code, run.timed_out, skill=skill, subject=subject,
+                                  network=grants.network, working_folder=self.working_folder,
+                                  working_copy_on_write=run.working_folder is not None, writable=grants.writable)
+        if run.stopped and hint and not hint.startswith("hint: the sandbox refused"):
+            hint = None  # the limit's own line already says what to do
+        return dataclasses.replace(run, hint=hint) if hint else run
 
     def _decide(self, request: PermissionRequest, asker: Asker, requested_by: str) -> tuple[bool, str]:
         decision = self.policy.decide(request.skill, request.path)
@@ -130,7 +175,7 @@ class Gate:
                                f"to pre-approve: {pre_approval_hint(request.skill, request.path)}")
             raise
         if answer == "always":  # this path exactly: escaped, so `run[1].py` does not become a pattern
-            self.policy.add(Rule("allow", request.skill, glob.escape(request.path), "asked: always"))
+            self.policy.add(Rule("allow", request.skill, escape_pattern(request.path), "asked: always"))
             return True, "the user: always for this skill and path"
         if answer == "once":
             return True, "the user: once"
@@ -139,9 +184,19 @@ class Gate:
     def _record(self, event: str, skill: str, path: str, **facts: Any) -> None:
         self.audit({"at": _now(), "event": event, "skill": skill, "path": path, **facts})
 
+    def _private_copy(self, skill: Skill) -> PrivateCopy:
+        """The skill's files copied aside (the reviewed bytes, for a reviewed skill), hashed as they were copied:
+        what runs is what was checked. Raises ManifestMismatch (a changed, unpinned or special file)."""
+        destination = tempfile.mkdtemp(prefix="skills-magic-copy-")
+        try:
+            return self.manifest.copy(skill.name, skill.folder, destination)
+        except BaseException:
+            shutil.rmtree(destination, ignore_errors=True)
+            raise
+
     def run_script(self, skill: Skill, path: str, arguments: Sequence[str], stdin: str, asker: Asker,
                    requested_by: str = "model") -> Outcome:
-        """Check, decide, run and record one script of a skill."""
+        """Check, decide, run and record one script of a skill, run from a private copy of the skill's files."""
         try:
             target = resolve_script(skill.folder, path)
             # rules, prompts and the audit see the file that will really run, not the spelling that was asked for
@@ -149,35 +204,59 @@ class Gate:
             if any(part in SKIPPED for part in path.split("/")) or path.endswith(".pyc"):
                 raise ScriptError(f"{path!r} is in a folder skills.lock does not pin ({', '.join(sorted(SKIPPED))}, *.pyc); "
                                   "it is not run")
-            script_digest = digest(target)
         except (ScriptError, OSError) as error:
             message = str(error) if isinstance(error, ScriptError) else f"{path!r} cannot be read"
             self._record("decision", skill.name, path, decision="deny", decided_by="the executor", detail=message)
             return Outcome(False, "the executor", error=message)
         try:
-            self.manifest.check(skill.name, skill.folder)
+            copy = self._private_copy(skill)
         except ManifestMismatch as error:
-            self._record("decision", skill.name, path, digest=script_digest, decision="deny",
+            self._record("decision", skill.name, path, digest=_digest_or_none(target), decision="deny",
                          decided_by="skills.lock", detail=str(error))
             return Outcome(False, "skills.lock", error=f"refused: {error}")
-        request = PermissionRequest(skill.name, path, script_digest, tuple(arguments), len(stdin.encode("utf-8")),
+        except OSError as error:
+            message = f"refused: the skill's files could not be copied aside to run ({error.strerror or error})"
+            self._record("decision", skill.name, path, decision="deny", decided_by="the executor", detail=message)
+            return Outcome(False, "the executor", error=message)
+        try:
+            return self._run_copied(skill, path, arguments, stdin, asker, requested_by, copy)
+        finally:
+            shutil.rmtree(copy.folder, ignore_errors=True)
+
+    def _run_copied(self, skill: Skill, path: str, arguments: Sequence[str], stdin: str, asker: Asker,
+                    requested_by: str, copy: PrivateCopy) -> Outcome:
+        script_digest = copy.files.get(path)
+        if script_digest is None:  # a file the copy leaves out (not pinned, not a regular file) never runs
+            message = f"{path!r} is not among the skill's {'reviewed ' if copy.reviewed else ''}files; it is not run"
+            self._record("decision", skill.name, path, decision="deny", decided_by="the executor", detail=message)
+            return Outcome(False, "the executor", error=message)
+        request = PermissionRequest(skill.name, path, script_digest, tuple(arguments), len(stdin.encode("utf-8", "replace")),
                                     skill.frontmatter.allowed_tools)
         allowed, decided_by = self._decide(request, asker, requested_by)
         self._record("decision", skill.name, path, digest=script_digest, decision="allow" if allowed else "deny",
                      decided_by=decided_by)
         if not allowed:
             return Outcome(False, decided_by, error=f"denied: {decided_by}")
-        box, refusal = self._sandbox(skill.name, path, skill.folder)
+        real_folder = os.path.realpath(skill.folder)
+        working = self.working_folder or real_folder
+        box, refusal = self._sandbox(skill.name, path, working, (copy.folder, real_folder))
         if refusal:
             self._record("decision", skill.name, path, digest=script_digest, decision="deny", decided_by="the sandbox",
                          detail=refusal)
             return Outcome(False, "the sandbox", error=refusal)
+        # in the sandbox the copy is mounted at the skill's own folder; without one, the copy's path is used
+        skill_root = real_folder if box is not None else copy.folder
         try:
-            run = run_script(skill.folder, path, arguments, stdin, timeout=self.timeout,
-                             granted_env=self.policy.granted_env(skill.name, path), sandbox=box)
+            run = run_script(working, path, arguments, stdin, timeout=self._timeout(skill.name, path),
+                             granted_env=self.policy.granted_env(skill.name, path), sandbox=box,
+                             target=os.path.join(skill_root, *path.split("/")), digest=script_digest,
+                             import_root=skill_root)
         except ScriptError as error:
+            if box is not None:
+                box.close()
             self._record("run", skill.name, path, digest=script_digest, detail=str(error))
             return Outcome(True, decided_by, error=str(error))
+        run = self._explained(masked(run), skill.name, path)
         self._record("run", skill.name, path, digest=run.sha256, exit_code=run.exit_code, seconds=round(run.seconds, 6),
                      detail=run.stopped or ("timed out" if run.timed_out else ("output cut" if run.truncated else None)))
         return Outcome(True, decided_by, run=run)
@@ -195,41 +274,54 @@ class Gate:
         if refusal:
             return Outcome(False, "the sandbox", error=refusal)
         try:
-            run = run_command(["bash", "-c", command], folder, subject, (), "", timeout or self.timeout,
-                              clean_environment(granted=self.policy.granted_env(owner, subject)), "-", box)
+            run = masked(run_command(["bash", "-c", command], folder, subject, (), "",
+                                     self._timeout(owner, subject, timeout),
+                                     clean_environment(granted=self.policy.granted_env(owner, subject)), "-", box))
+            run = self._explained(run, owner, subject)
         except ScriptError as error:
             return Outcome(True, decided_by, error=str(error))
         self._record("run", owner, subject, exit_code=run.exit_code, seconds=round(run.seconds, 6),
                      detail="timed out" if run.timed_out else None)
         return Outcome(True, decided_by, run=run)
 
-    def expand_inline(self, skill: Skill, body: str, asker: Asker) -> str:
-        """Run each !`command` of an activated body through the policy; a denied one becomes a visible marker."""
-
-        def replace(match: re.Match) -> str:
-            command = match.group(1)
-            subject = f"!{command}"
-            request = PermissionRequest(skill.name, subject, None, (), 0, skill.frontmatter.allowed_tools)
-            try:
-                self.manifest.check(skill.name, skill.folder)
-            except ManifestMismatch as error:
-                self._record("decision", skill.name, subject, decision="deny", decided_by="skills.lock", detail=str(error))
-                return f"[denied: !`{command}`: {error}]"
+    def expand_inline(self, skill: Skill, command: str, asker: Asker) -> str:
+        """Run one !`command` of an activated body through the policy: its output, or a visible marker when it is
+        denied or fails. `command` is the one that runs, its arguments already quoted (disclosure.activation_text
+        finds the commands in the body as written and never scans their output again)."""
+        subject = f"!{command}"
+        request = PermissionRequest(skill.name, subject, None, (), 0, skill.frontmatter.allowed_tools)
+        try:
+            copy = self._private_copy(skill)
+        except ManifestMismatch as error:
+            self._record("decision", skill.name, subject, decision="deny", decided_by="skills.lock", detail=str(error))
+            return f"[denied: !`{command}`: {error}]"
+        except OSError as error:
+            return f"[denied: !`{command}`: the skill's files could not be copied aside ({error.strerror or error})]"
+        try:
             allowed, decided_by = self._decide(request, asker, "model")
             self._record("decision", skill.name, subject, decision="allow" if allowed else "deny", decided_by=decided_by)
             if not allowed:
                 return f"[denied: !`{command}`: {decided_by}]"
-            box, refusal = self._sandbox(skill.name, subject, skill.folder)
+            real_folder = os.path.realpath(skill.folder)
+            working = self.working_folder or real_folder
+            box, refusal = self._sandbox(skill.name, subject, working, (copy.folder, real_folder))
             if refusal:
                 return f"[denied: !`{command}`: {refusal}]"
             try:
-                run = run_command(["bash", "-c", command], skill.folder, subject, (), "", INLINE_TIMEOUT_SECONDS,
-                                  clean_environment(granted=self.policy.granted_env(skill.name, subject)), "-", box)
+                run = masked(run_command(["bash", "-c", command], working,
+                                         subject, (), "", INLINE_TIMEOUT_SECONDS,
+                                         clean_environment(granted=self.policy.granted_env(skill.name, subject)), "-",
+                                         box))
             except ScriptError as error:
                 return f"[failed: !`{command}`: {error}]"
-            self._record("run", skill.name, subject, exit_code=run.exit_code, seconds=round(run.seconds, 6))
-            if run.exit_code != 0:
-                return f"[failed: !`{command}` exited with {run.exit_code}: {run.stderr.strip()[:200]}]"
-            return run.stdout.rstrip("\n")
+        finally:
+            shutil.rmtree(copy.folder, ignore_errors=True)
+        self._record("run", skill.name, subject, exit_code=run.exit_code, seconds=round(run.seconds, 6))
+        if run.stopped:
+            return f"[failed: !`{command}`: {run.stopped}]"
+        if run.exit_code != 0:
+            run = self._explained(run, skill.name, subject)
+            hint = f" ({run.hint})" if run.hint else ""
+            return f"[failed: !`{command}` exited with {run.exit_code}: {run.stderr.strip()[:200]}{hint}]"
+        return run.stdout.rstrip("\n")
 
-        return INLINE_SHELL.sub(replace, body)

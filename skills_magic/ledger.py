@@ -39,7 +39,7 @@ class BadPlan(LedgerError):
 
 
 class EmptyText(LedgerError):
-    pass
+    """Text that is empty, too long, or not text at all (a list, a number, a mapping)."""
 
 
 class UnknownHypothesis(LedgerError):
@@ -132,6 +132,8 @@ def _now() -> str:
 
 
 def _text(value: Any, what: str) -> str:
+    if value is not None and not isinstance(value, str):
+        raise EmptyText(f"the {what} must be text, not {type(value).__name__}")
     if not isinstance(value, str) or not value.strip():
         raise EmptyText(f"the {what} must not be empty")
     if len(value) > MAX_TEXT_CHARS:

@@ -83,12 +83,21 @@ def _build_parser() -> argparse.ArgumentParser:
     for kind in ("allow", "deny"):
         rule = sub.add_parser(kind, add_help=False)
         rule.add_argument("rule", nargs="+", help="SKILL:PATH-PATTERN, e.g. source-verification:scripts/* (spaces allowed)")
+        rule.add_argument("--save", action="store_true", help="also keep it in your config folder's skills-policy.yaml")
         if kind == "allow":
             rule.add_argument("--env", action="append", default=[], help="a secret-looking variable the script may see")
             rule.add_argument("--network", action="store_true", help="the sandbox keeps the network on for these runs")
             rule.add_argument("--write", action="append", default=[], help="a path the script may write besides its scratch")
             rule.add_argument("--unsandboxed", action="store_true", help="run even where no sandbox can be made")
+            rule.add_argument("--memory", help="memory a process may use (default 2G), e.g. 4G")
+            rule.add_argument("--processes", help="processes and threads together (default 256)")
+            rule.add_argument("--cpu", help="CPU seconds a process may use (default 120)")
+            rule.add_argument("--max-writes", dest="max_writes", help="everything a run writes together (default 256M)")
+            rule.add_argument("--max-file", dest="max_file", help="the largest file a run writes (default 1G)")
+            rule.add_argument("--timeout", help="seconds a run may take in all (default 60)")
     sub.add_parser("policy", add_help=False)
+    trust = sub.add_parser("trust", add_help=False)
+    trust.add_argument("--revoke", action="store_true", help="forget the trusted digest: the file's allow rules are inert again")
     review = sub.add_parser("review", add_help=False)
     review.add_argument("name")
     review.add_argument("--yes", action="store_true", help="accept the bytes shown without a prompt")
@@ -240,10 +249,15 @@ class SkillsMagics(Magics):
         %skills diagnostics [--severity S] [--code C] [--json]
         %skills model [auto | anthropic [ID] | scripted FILE | keywords | replay CASSETTE | ID]   the model runs use
         %skills trace                                         the load trace of the last run
-        %skills allow SKILL:PATH [--env VAR] [--network] [--write PATH] [--unsandboxed]
-                                                              let scripts matching the rule run (deny rules win)
-        %skills deny SKILL:PATH                               never let scripts matching the rule run
-        %skills policy                                        the rules, where each came from, the review state
+        %skills allow SKILL:PATH [--env VAR] [--network] [--write PATH] [--unsandboxed] [--save]
+                     [--memory 4G] [--processes 512] [--cpu 600] [--max-writes 1G] [--max-file 2G] [--timeout 300]
+                                                              let scripts matching the rule run (deny rules win);
+                                                              --save keeps it in your config folder's policy file
+        %skills deny SKILL:PATH [--save]                      never let scripts matching the rule run
+        %skills policy                                        the rules, where each came from, the policy files
+                                                              (trusted or not), the review state
+        %skills trust [--revoke]                              show every rule of the project's skills-policy.yaml and
+                                                              trust these exact bytes (any change: inert again)
         %skills review NAME [--yes]                           files, digests and changes; accept them into skills.lock
         %skills audit [--all]                                 every permission decision and script run
         %skills eval FILE [--runs 3] [--strategy plain|forced] [--compare plain|forced|FOLDER] [--behaviour]
@@ -308,12 +322,18 @@ class SkillsMagics(Magics):
         return {"o": "once", "once": "once", "a": "always", "always": "always"}.get(answer.strip().lower(), "deny")
 
     def _allow(self, args):
+        limits = {name: value for name, value in (("memory", args.memory), ("processes", args.processes),
+                                                  ("cpu", args.cpu), ("max-writes", args.max_writes),
+                                                  ("max-file", args.max_file), ("timeout", args.timeout))
+                  if value is not None}
         self.session.add_rule("allow", " ".join(args.rule), args.env, network=args.network, writable=args.write,
-                              unsandboxed=args.unsandboxed)
+                              unsandboxed=args.unsandboxed, limits=limits, save=args.save)
         return self._policy(args)
 
     def _deny(self, args):
-        self.session.add_rule("deny", " ".join(args.rule))
+        rule = self.session.add_rule("deny", " ".join(args.rule))
+        if args.save:
+            self.session.policy.save_rule(rule)
         return self._policy(args)
 
     def _policy(self, args):
@@ -329,7 +349,11 @@ class SkillsMagics(Magics):
                 states.append((skill.name, f"reviewed (version {entry.get('version')}), bytes match"))
             except SkillsMagicError as error:
                 states.append((skill.name, f"MISMATCH: {error}"))
-        return display.PolicyView(self.session.policy.rules, self.session.policy.problems, states)
+        policy = self.session.policy
+        return display.PolicyView(policy.rules, policy.problems, states, policy.files, self._show_path)
+
+    def _trust(self, args):
+        return display.TrustView(self.session.trust(revoke=args.revoke), self._show_path)
 
     def _review(self, args):
         def confirm() -> bool:

@@ -3,14 +3,13 @@
 A rule names a skill and a path pattern inside it: `source-verification:scripts/verify.py`,
 `source-verification:scripts/*`, or `source-verification:!date *` for an inline shell command of its body. A `*` for
 the skill matches every skill, and is accepted only where the user typed it (`%skills allow`, IPython config), never
-from a project's `skills-policy.yaml`, which arrives with a cloned repository. A skill's own `allowed-tools` is
-shown as a request and never taken as a grant.
+from a project's `skills-policy.yaml`, which arrives with a cloned repository: its allow rules are inert until the
+user trusts its exact bytes (`skills_magic.trust`), and even then it grants no secrets, no unsandboxed runs and no
+writes outside its folder. A skill's own `allowed-tools` is shown as a request and never taken as a grant.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import glob
 import os
 import re
 import shlex
@@ -19,8 +18,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from skills_magic.errors import SkillsMagicError
+from skills_magic.trust import (NothingToTrust, TrustError, TrustReport, TrustStore, sha256_of, short, user_policy_path,
+                                write_atomically)
 
 POLICY_FILE = "skills-policy.yaml"  # in the session's folder
+USER_ONLY = "%skills allow, IPython config or your own config folder's skills-policy.yaml"  # powers a project lacks
+MAX_POLICY_FILE_BYTES = 256 * 1024  # a policy is a few dozen rules; a bigger file is refused, never parsed
+USER_ORIGIN = "your skills-policy.yaml"  # the origin of rules from the user's own file in their config folder
 Verdict = Literal["allow", "deny", "ask"]
 
 
@@ -30,7 +34,7 @@ class RuleError(SkillsMagicError, ValueError):
 
 @dataclass(frozen=True)
 class Rule:
-    """`allow` or `deny` for a skill (or `*`) and a path pattern (fnmatch, `/`-separated)."""
+    """`allow` or `deny` for a skill (or `*`) and a path pattern (`/`-separated; `*` and `?` wildcards, `\\` escapes them)."""
 
     kind: Literal["allow", "deny"]
     skill: str
@@ -40,45 +44,118 @@ class Rule:
     network: bool = False  # the sandbox keeps its network namespace off unless a rule grants it
     writable: tuple[str, ...] = ()  # absolute paths the script may write besides its scratch folder
     unsandboxed: bool = False  # run even where no sandbox can be made (only ever typed by the user)
+    limits: tuple[tuple[str, int], ...] = ()  # raised limits: (name in LIMIT_GRANTS, value), e.g. ("memory", 4 GiB)
 
     @property
     def text(self) -> str:
         return f"{self.skill}:{self.pattern}"
 
     def matches(self, skill: str, path: str) -> bool:
-        return (self.skill == "*" or self.skill == skill) and fnmatch.fnmatchcase(path, self.pattern)
+        """Names compared after NFC (a name typed as `café` is the file named `cafe\u0301` on disk); in the pattern
+        only `*` and `?` are wildcards (see `pattern_matches`)."""
+        return (self.skill == "*" or _nfc(self.skill) == _nfc(skill)) and pattern_matches(self.pattern, path)
 
     def __str__(self) -> str:
         grants = [f"env: {', '.join(self.env)}"] if self.env else []
         grants += ["network"] if self.network else []
         grants += [f"write: {p}" for p in self.writable]
         grants += ["unsandboxed"] if self.unsandboxed else []
+        grants += [f"{name}: {_limit_text(name, value)}" for name, value in self.limits]
         shown = f" ({'; '.join(grants)})" if grants else ""
         return f"{self.kind} {self.text}{shown}  [{self.origin}]"
 
 
+LIMIT_GRANTS = {  # the grant's name (as typed: --memory 4G) -> the sandbox.Limits field it raises
+    "memory": "memory", "processes": "processes", "cpu": "cpu_seconds", "max-writes": "write_bytes",
+    "max-file": "file_bytes", "timeout": "wall_seconds",
+}
+_COUNTED_LIMITS = ("processes", "cpu", "timeout")  # whole numbers; the others are sizes (512M, 4G)
+
+
+def parse_limits(values) -> tuple[tuple[str, int], ...]:
+    """{"memory": "4G", "processes": 512} -> (("memory", 4294967296), ("processes", 512)); RuleError when off."""
+    from skills_magic.sandbox import parse_size
+
+    parsed = []
+    for name, value in (dict(values or {})).items():
+        if name not in LIMIT_GRANTS:
+            raise RuleError(f"{name!r} is not a limit: use one of {', '.join(LIMIT_GRANTS)}")
+        try:
+            number = int(str(value)) if name in _COUNTED_LIMITS else parse_size(value)
+        except ValueError:
+            number = 0
+        if isinstance(value, bool) or number <= 0:
+            raise RuleError(f"--{name} {value!r}: expected " + ("a whole number above 0" if name in _COUNTED_LIMITS
+                                                                  else "a size such as 512M or 4G"))
+        parsed.append((name, number))
+    return tuple(parsed)
+
+
+def _limit_text(name: str, value: int) -> str:
+    from skills_magic.sandbox import size_text
+
+    return str(value) + (" s" if name in ("cpu", "timeout") else "") if name in _COUNTED_LIMITS else size_text(value)
+
+
 def parse_rule(kind: str, text: str, origin: str, env: Sequence[str] = (), user_typed: bool = True, *,
-               network: bool = False, writable: Sequence[str] = (), unsandboxed: bool = False) -> Rule:
+               network: bool = False, writable: Sequence[str] = (), unsandboxed: bool = False,
+               inside: str | None = None, limits=None) -> Rule:
+    """A rule from text. `user_typed` (the user: typed, IPython config, their own config folder's file) may do
+    everything; otherwise (a project's file) no wildcard skill, no secrets, no unsandboxed runs, and `write` paths
+    only relative to and inside `inside`, the file's folder."""
     if kind not in ("allow", "deny"):
         raise RuleError(f"a rule is `allow` or `deny`, not {kind!r}")
     skill, separator, pattern = str(text).strip().partition(":")
     if not separator:
         if skill == "*" and user_typed:  # `%skills allow *`: everything, typed by the user
-            return Rule(kind, "*", "*", origin, tuple(env), network, tuple(writable), unsandboxed)
+            return Rule(kind, "*", "*", origin, tuple(env), network, tuple(writable), unsandboxed,
+                        parse_limits(limits))
         raise RuleError(f"{text!r} is not a rule: write SKILL:PATH, e.g. source-verification:scripts/verify.py")
     skill, pattern = skill.strip(), pattern.strip()
     if not skill or not pattern:
         raise RuleError(f"{text!r} needs both a skill and a path pattern")
     if "*" in skill and (skill != "*" or not user_typed):
-        raise RuleError(f"{text!r}: a wildcard skill is accepted only from %skills {kind} or IPython config, "
-                        f"not from {origin}")
+        raise RuleError(f"{text!r}: a wildcard skill is accepted only from %skills {kind}, IPython config or your "
+                        f"own config folder's {POLICY_FILE}, not from {origin}")
     if pattern.startswith("/") or ".." in pattern.split("/"):
         raise RuleError(f"{text!r}: a path pattern is relative to the skill's folder and stays inside it")
-    if unsandboxed and not user_typed:
-        raise RuleError(f"{text!r}: running unsandboxed is accepted only from %skills allow or IPython config, not from {origin}")
-    if kind == "deny" and (env or network or writable or unsandboxed):
+    if kind == "deny" and (env or network or writable or unsandboxed or limits):
         raise RuleError(f"{text!r}: a deny rule grants nothing")
-    return Rule(kind, skill, pattern, origin, tuple(env), network, tuple(os.path.abspath(p) for p in writable), unsandboxed)
+    limits = parse_limits(limits)
+    if unsandboxed and not user_typed:
+        raise RuleError(f"{text!r}: running unsandboxed is accepted only from {USER_ONLY}, not from {origin}")
+    if env and not user_typed:
+        raise RuleError(f"{text!r}: secrets (`env: {', '.join(env)}`) are granted only from {USER_ONLY}, not from {origin}")
+    if user_typed:
+        writable = [os.path.abspath(p) for p in writable]
+    elif writable and inside is None:
+        raise RuleError(f"{text!r}: `write` paths from {origin} need the folder they are relative to")
+    else:
+        confined = []
+        for path in writable:
+            try:
+                confined.append(_confined(inside, path))
+            except RuleError as reason:
+                raise RuleError(_write_refusal(text, path, reason, origin, "refused")) from None
+        writable = confined
+    return Rule(kind, skill, pattern, origin, tuple(env), network, tuple(writable), unsandboxed, limits)
+
+
+def _confined(folder: str, path: str) -> str:
+    """A `write` path from a project file, resolved (real path, symlinks followed) against the file's folder; an
+    absolute path, or one that leaves the folder (`..`, a symlink pointing out), raises RuleError with the reason."""
+    if os.path.isabs(path) or path.startswith("~"):
+        raise RuleError("an absolute path, not one inside the project folder")
+    root = os.path.realpath(folder)
+    resolved = os.path.realpath(os.path.join(root, path))
+    if resolved != root and not resolved.startswith(root.rstrip(os.sep) + os.sep):
+        raise RuleError(f"it leaves the project folder (it resolves to {resolved})")
+    return resolved
+
+
+def _write_refusal(text, path: str, reason: RuleError, origin: str, verb: str) -> str:
+    return (f"{text!r}: `write: {path}` {verb}: {reason}; {origin} may grant writes only inside its own folder, other "
+            f"paths come only from {USER_ONLY}")
 
 
 @dataclass(frozen=True)
@@ -91,24 +168,86 @@ class Decision:
         return str(self.rule) if self.rule else "no rule matches"
 
 
+FileState = Literal["missing", "unreadable", "user", "trusted", "untrusted", "changed"]
+
+
+@dataclass(frozen=True)
+class PolicyFile:
+    """One policy file as last read: whose it is, whether its bytes are the trusted ones, and what it holds."""
+
+    path: str  # absolute
+    owner: Literal["project", "user"]
+    state: FileState
+    sha256: str | None = None  # of the bytes read
+    trusted_sha256: str | None = None  # what the trust store recorded for this path (a project's file)
+    rules: tuple[Rule, ...] = ()  # every rule accepted from the bytes, in force or inert
+    inert: tuple[Rule, ...] = ()  # those not in force: an untrusted or changed project file's allow rules
+    problems: tuple[str, ...] = ()  # entries refused and grants dropped, each with its reason
+
+    def summary(self, name: str) -> str:
+        """One line: whether the file's rules are in force, and if not, why and what to do."""
+        denies = sum(r.kind == "deny" for r in self.rules)
+        allows = "allow rule" if denies else "rule"
+        still = (f" (its {_count(denies, 'deny rule')} still appl{'ies' if denies == 1 else 'y'}: deny rules only "
+                 "restrict)") if denies else ""
+        if self.state == "user":
+            return f"{name}: your own policy file: {_count(len(self.rules), 'rule')} in force, with your full powers"
+        if self.state == "trusted":
+            return (f"{name}: trusted (sha256 {short(self.sha256)}): {_count(len(self.rules), 'rule')} in force, within "
+                    "what a project file may grant")
+        if self.state == "changed":
+            return (f"{name} changed since you trusted it (sha256 {short(self.trusted_sha256)} now {short(self.sha256)}): "
+                    f"its {allows}s are inert; review them with %skills trust{still}")
+        if self.state == "untrusted":
+            if not self.inert:
+                return f"{name}: not trusted, and it holds no allow rule{still}"
+            verb = "is" if len(self.inert) == 1 else "are"
+            return (f"{name}: not trusted: its {_count(len(self.inert), allows)} {verb} inert; %skills trust shows them "
+                    f"and trusts these bytes{still}")
+        if self.state == "unreadable":
+            return f"{name}: cannot be read: no rule from it is in force"
+        return f"{name}: none"
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    file: PolicyFile
+    signature: tuple  # Policy._signature when it was read: a different one means read it again
+    added: tuple[Rule, ...]  # the rules it put in force (taken out again before a re-read)
+    reported: tuple[str, ...]  # the problems it reported
+
+
+def _count(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 @dataclass
 class Policy:
     """Rules in the order they were added, with the problems met while reading them."""
 
     rules: list[Rule] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    _file: tuple[str, tuple[int, int] | None, list[Rule], list[str]] | None = field(default=None, repr=False)
+    trust: TrustStore | None = None  # where trusted project files are recorded (None: the user's config folder's)
+    _loaded: dict[str, _Loaded] = field(default_factory=dict, repr=False)  # by absolute path, in the order read
+
+    @property
+    def files(self) -> list[PolicyFile]:
+        """Every policy file read (the user's, the project's), as last read: whose, trusted or not, what it holds."""
+        return [loaded.file for loaded in self._loaded.values()]
+
+    def file(self, path: str) -> PolicyFile | None:
+        loaded = self._loaded.get(os.path.abspath(path))
+        return loaded.file if loaded else None
 
     def refresh(self) -> None:
-        """Re-read the project's policy file when it changed on disk (edited, created or removed)."""
-        if self._file is None:
-            return
-        path, signature, rules, problems = self._file
-        if _signature(path) == signature:
-            return
-        self.rules = [r for r in self.rules if r not in rules]
-        self.problems = [p for p in self.problems if p not in problems]
-        self.load_file(path)
+        """Re-read a policy file whose bytes changed on disk (edited, created or removed, by anything), or whose
+        trust record changed: a trusted file rewritten by a script loses its grants here, before the next decision."""
+        for path, loaded in list(self._loaded.items()):
+            owner = loaded.file.owner
+            # a granted write path inside the project that now resolves elsewhere (made a symlink): judged again
+            moved = owner == "project" and any(os.path.realpath(p) != p for r in loaded.file.rules for p in r.writable)
+            if moved or self._signature(path, owner) != loaded.signature:
+                self.load_file(path, owner)
 
     def add(self, rule: Rule) -> Rule:
         if rule not in self.rules:
@@ -130,10 +269,19 @@ class Policy:
 
         if self.decide(skill, path).verdict != "allow":
             return Grants()
+        import dataclasses
+
+        from skills_magic.sandbox import Limits
+
         matching = [r for r in self.rules if r.kind == "allow" and r.matches(skill, path)]
+        granted: dict[str, int] = {}
+        for rule in matching:  # a limit a rule names replaces the default; of several rules, the highest counts
+            for name, value in rule.limits:
+                granted[LIMIT_GRANTS[name]] = max(granted.get(LIMIT_GRANTS[name]) or 0, value)
+        limits = dataclasses.replace(Limits(), **granted)
         return Grants(env=self.granted_env(skill, path), network=any(r.network for r in matching),
                       writable=tuple(dict.fromkeys(p for r in matching for p in r.writable)),
-                      unsandboxed=any(r.unsandboxed for r in matching))
+                      unsandboxed=any(r.unsandboxed for r in matching), limits=limits)
 
     def granted_env(self, skill: str, path: str) -> tuple[str, ...]:
         """Variables every matching allow rule grants (none when a deny rule matches)."""
@@ -145,49 +293,152 @@ class Policy:
                 granted += [name for name in rule.env if name not in granted]
         return tuple(granted)
 
-    def load_file(self, path: str) -> None:
-        """Rules from a project's `skills-policy.yaml`: `allow:` and `deny:` lists of `SKILL:PATH` strings, or of
-        mappings `{rule: SKILL:PATH, env: [VAR, ...]}`. Bad entries are reported, never fatal. The file is read
-        again whenever it changes."""
-        rules_before, problems_before = list(self.rules), list(self.problems)
-        try:
-            self._load_file(path)
-        finally:
-            added = [r for r in self.rules if r not in rules_before]
-            reported = [p for p in self.problems if p not in problems_before]
-            self._file = (path, _signature(path), added, reported)
+    def load_file(self, path: str, owner: Literal["project", "user"] = "project") -> PolicyFile:
+        """Rules from a `skills-policy.yaml`: `allow:` and `deny:` lists of `SKILL:PATH` strings, or of mappings
+        `{rule: SKILL:PATH, network: true, write: [PATH], env: [VAR], unsandboxed: true}`. Bad entries are reported,
+        never fatal. The file is read again whenever its bytes (or, for a project's, its trust record) change.
 
-    def _load_file(self, path: str) -> None:
-        if not os.path.isfile(path):
-            return
+        `owner="user"`: the user's own file in their config folder, with the powers of a typed rule. `"project"`: a
+        file that arrives with a repository. Its deny rules always apply (they only restrict); its allow rules are
+        inert until the user trusts these exact bytes (`trust_file`), and even then it grants no secrets, no
+        unsandboxed runs, no wildcard skill, and writes only inside its own folder: such grants are dropped and
+        reported, the rest of the entry stays."""
+        path = os.path.abspath(path)
+        signature = self._signature(path, owner)  # before reading: a change while reading is seen at the next refresh
+        previous = self._loaded.get(path)
+        if previous is not None:
+            self.rules = [r for r in self.rules if r not in previous.added]
+            self.problems = [p for p in self.problems if p not in previous.reported]
+        if owner == "project" and any(f.owner == "user" and os.path.realpath(f.path) == os.path.realpath(path)
+                                      for f in self.files if f.path != path):
+            file = PolicyFile(path, owner, "missing")  # the user's own file, already read with their powers
+        else:
+            file = self._load_file(path, owner)
+        added = [self.add(r) for r in file.rules if r not in file.inert and r not in self.rules]
+        reported = [p for p in dict.fromkeys(file.problems) if p not in self.problems]
+        self.problems += reported
+        self._loaded[path] = _Loaded(file, signature, tuple(added), tuple(reported))
+        return file
+
+    def trust_file(self, path: str, revoke: bool = False) -> TrustReport:
+        """Trust a project's policy file: read its bytes once, parse what is shown from exactly those bytes, and
+        record their sha256 in the trust store; or, with `revoke`, forget it (its allow rules are inert again)."""
+        path = os.path.abspath(path)
+        if any(f.owner == "user" and os.path.realpath(f.path) == os.path.realpath(path) for f in self.files):
+            raise TrustError(f"{path} is your own policy file (in your config folder): its rules apply without trust")
+        store = self._store()
+        if revoke:
+            removed = store.revoke(path)
+            self.refresh()
+            return TrustReport(path, removed, removed, revoked=True, now=self.file(path), store=store.path)
+        try:
+            data = _read_capped(path)
+        except OSError as error:
+            raise NothingToTrust(path) if isinstance(error, FileNotFoundError) else TrustError(
+                f"{path} cannot be read ({error.strerror or error}): nothing was trusted") from None
+        if data is None:
+            raise TrustError(f"{path} is larger than {MAX_POLICY_FILE_BYTES:,} bytes: nothing was trusted")
+        shown = self._parse(path, "project", data, trusted=True)
+        previous = store.trust(path, shown.sha256)
+        self.refresh()
+        return TrustReport(path, shown.sha256, previous, rules=shown.rules, problems=shown.problems,
+                           now=self.file(path), store=store.path)
+
+    def save_rule(self, rule: Rule, path: str | None = None) -> PolicyFile:
+        """`%skills allow ... --save`: append the rule to the user's own policy file (`path`, else the one read, else
+        the config folder's), rewritten atomically (its comments are not kept), so that every later session has it;
+        the session's typed copy gives way to the file's."""
         import yaml
 
-        origin = os.path.basename(path)
+        path = path or next((f.path for f in self.files if f.owner == "user"), None) or user_policy_path()
         try:
-            with open(path, encoding="utf-8") as handle:
-                data = yaml.safe_load(handle) or {}
+            data = _read_capped(path) if os.path.isfile(path) else b""
+            content = yaml.safe_load((data or b"").decode("utf-8")) or {}
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-            self.problems.append(f"{origin}: cannot be read ({error})")
-            return
-        if not isinstance(data, dict):
-            self.problems.append(f"{origin}: expected a mapping with `allow` and `deny` lists")
-            return
+            raise RuleError(f"cannot add the rule to {path}: it cannot be read ({error}); it applies to this session "
+                            "only") from None
+        if data is None or not isinstance(content, dict) or not isinstance(content.get(rule.kind) or [], list):
+            raise RuleError(f"cannot add the rule to {path}: it is not a mapping with `allow` and `deny` lists; it "
+                            "applies to this session only")
+        grants = {"env": list(rule.env), "network": rule.network, "write": list(rule.writable),
+                  "unsandboxed": rule.unsandboxed, **dict(rule.limits)}
+        entry = {"rule": rule.text, **{k: v for k, v in grants.items() if v}} if any(grants.values()) else rule.text
+        entries = content.get(rule.kind) or []
+        if entry not in entries:
+            entries.append(entry)
+        content[rule.kind] = entries
+        write_atomically(path, yaml.safe_dump(content, sort_keys=False, allow_unicode=True))
+        self.rules = [r for r in self.rules if r != rule]
+        return self.load_file(path, owner="user")
+
+    def _store(self) -> TrustStore:
+        return self.trust or TrustStore.default()
+
+    def _signature(self, path: str, owner: str) -> tuple:
+        """What a read depends on: the file's bytes (their digest: any byte, whatever its size and times) and, for a
+        project's file, the trust store's version."""
+        store = self._store().signature() if owner == "project" else None
+        if not os.path.isfile(path):
+            return None, store
+        try:
+            data = _read_capped(path)
+        except OSError as error:
+            return f"unreadable: {error}", store
+        return (sha256_of(data) if data is not None else "too big"), store
+
+    def _load_file(self, path: str, owner: Literal["project", "user"]) -> PolicyFile:
+        if not os.path.isfile(path):
+            return PolicyFile(path, owner, "missing")
+        origin = os.path.basename(path) if owner == "project" else USER_ORIGIN
+        try:
+            data = _read_capped(path)
+        except OSError as error:
+            return PolicyFile(path, owner, "unreadable", problems=(f"{origin}: cannot be read ({error})",))
+        if data is None:
+            return PolicyFile(path, owner, "unreadable", problems=(
+                f"{origin}: larger than {MAX_POLICY_FILE_BYTES:,} bytes, not read (a policy is a few rules)",))
+        return self._parse(path, owner, data)
+
+    def _parse(self, path: str, owner: Literal["project", "user"], data: bytes, trusted: bool | None = None) -> PolicyFile:
+        """The rules and problems these bytes hold, and (a project's file) whether they are the trusted ones;
+        `trusted=True`: as they will be once trusted (what `%skills trust` shows)."""
+        import yaml
+
+        digest = sha256_of(data)
+        folder = os.path.dirname(path)
+        origin = os.path.basename(path) if owner == "project" else USER_ORIGIN
+        rules: list[Rule] = []
+        problems: list[str] = []
+        try:
+            content = yaml.safe_load(data.decode("utf-8")) or {}
+        except (UnicodeDecodeError, yaml.YAMLError) as error:
+            problems.append(f"{origin}: cannot be read ({error})")
+            content = {}
+        if not isinstance(content, dict):
+            problems.append(f"{origin}: expected a mapping with `allow` and `deny` lists")
+            content = {}
         for kind in ("deny", "allow"):
-            for entry in data.get(kind) or []:
-                text, env = (entry.get("rule"), entry.get("env") or []) if isinstance(entry, dict) else (entry, [])
-                env = [env] if isinstance(env, str) else env
-                if not isinstance(env, list):
-                    self.problems.append(f"{origin}: `env` of {text!r} must be a list of variable names")
-                    continue
-                extra = entry if isinstance(entry, dict) else {}
-                writable = extra.get("write") or []
-                writable = [writable] if isinstance(writable, str) else writable
-                try:
-                    self.add(parse_rule(kind, text, origin, [str(v) for v in env], user_typed=False,
-                                        network=bool(extra.get("network")), unsandboxed=bool(extra.get("unsandboxed")),
-                                        writable=[os.path.join(os.path.dirname(os.path.abspath(path)), str(w)) for w in writable]))
-                except RuleError as error:
-                    self.problems.append(str(error))
+            entries = content.get(kind) or []
+            if not isinstance(entries, list):
+                problems.append(f"{origin}: `{kind}` must be a list of rules")
+                continue
+            for entry in entries:
+                rule = _entry_rule(kind, entry, origin, owner, folder, problems)
+                if rule is not None and rule not in rules:
+                    rules.append(rule)
+        if owner == "user":
+            return PolicyFile(path, owner, "user", digest, rules=tuple(rules), problems=tuple(problems))
+        if trusted:
+            state, recorded = "trusted", digest
+        else:
+            try:
+                found = self._store().state(path, digest)
+                state, recorded = found.status, found.trusted_sha256
+            except TrustError as error:
+                state, recorded = "untrusted", None
+                problems.append(str(error))
+        inert = () if state == "trusted" else tuple(r for r in rules if r.kind == "allow")
+        return PolicyFile(path, owner, state, digest, recorded, tuple(rules), inert, tuple(problems))
 
     def extend(self, kind: str, texts: Iterable[str], origin: str) -> None:
         for text in texts:
@@ -197,17 +448,100 @@ class Policy:
                 self.problems.append(str(error))
 
 
-def _signature(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
+def _read_capped(path: str) -> bytes | None:
+    """A policy file's bytes, or None when it is larger than MAX_POLICY_FILE_BYTES (raises OSError)."""
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_POLICY_FILE_BYTES + 1)
+    return None if len(data) > MAX_POLICY_FILE_BYTES else data
+
+
+def _entry_rule(kind: str, entry, origin: str, owner: str, folder: str, problems: list[str]) -> Rule | None:
+    """One entry of a policy file as a rule. From a project's file, a grant it may not give (secrets, unsandboxed,
+    a write outside its folder) is dropped and reported, and the rest of the entry stays; an entry that cannot be a
+    rule from there (a wildcard skill, a bad pattern) is refused and reported."""
+    extra = entry if isinstance(entry, dict) else {}
+    text = extra.get("rule") if isinstance(entry, dict) else entry
+    if not isinstance(text, str):  # checked before anything formats it: a YAML alias bomb must not be printed
+        problems.append(f"{origin}: an entry of `{kind}` is not a rule: write SKILL:PATH or {{rule: SKILL:PATH, ...}}")
         return None
-    return st.st_mtime_ns, st.st_size
+    env, writable = extra.get("env") or [], extra.get("write") or []
+    env = [env] if isinstance(env, str) else env
+    writable = [writable] if isinstance(writable, str) else writable
+    if not isinstance(env, list) or not all(isinstance(v, str) for v in env):
+        problems.append(f"{origin}: `env` of {text!r} must be a list of variable names")
+        return None
+    if not isinstance(writable, list) or not all(isinstance(w, str) for w in writable):
+        problems.append(f"{origin}: `write` of {text!r} must be a list of paths")
+        return None
+    network, unsandboxed = extra.get("network") is True, extra.get("unsandboxed") is True
+    limits = {name: extra[name] for name in LIMIT_GRANTS if name in extra}
+    if owner == "project" and kind == "allow":
+        if env:
+            problems.append(f"{text!r}: `env: {', '.join(env)}` dropped: secrets are granted only from {USER_ONLY}, "
+                            f"never from {origin}")
+            env = []
+        if unsandboxed:
+            problems.append(f"{text!r}: `unsandboxed` dropped: running unsandboxed is accepted only from {USER_ONLY}, "
+                            f"never from {origin}")
+            unsandboxed = False
+        kept = []
+        for path in writable:
+            try:
+                _confined(folder, path)
+                kept.append(path)
+            except RuleError as reason:
+                problems.append(_write_refusal(text, path, reason, origin, "dropped"))
+        writable = kept
+    elif owner == "user":
+        writable = [os.path.join(folder, os.path.expanduser(w)) for w in writable]
+    try:
+        return parse_rule(kind, text, origin, env, user_typed=owner == "user", network=network, writable=writable,
+                          unsandboxed=unsandboxed, inside=folder if owner == "project" else None, limits=limits)
+    except RuleError as error:
+        problems.append(str(error))
+        return None
+
+
+def _nfc(text: str) -> str:
+    from unicodedata import normalize
+
+    return normalize("NFC", text)
+
+
+_PATTERN_PIECE = re.compile(r"\\[*?\\]|[*?]|[^*?\\]+|\\")  # an escape, a wildcard, a literal run, a lone backslash
+_compiled_patterns: dict[str, re.Pattern] = {}  # decide() matches every rule against every request: compile once
+
+
+def _pattern_regex(pattern: str) -> re.Pattern:
+    found = _compiled_patterns.get(pattern)
+    if found is None:
+        parts = []
+        for piece in _PATTERN_PIECE.findall(_nfc(pattern)):
+            if piece == "*":
+                parts.append(".*")  # as fnmatch: crosses `/`, so `x:scripts/*` covers subfolders
+            elif piece == "?":
+                parts.append(".")
+            else:
+                parts.append(re.escape(piece[1] if len(piece) == 2 and piece[0] == "\\" else piece))
+        found = _compiled_patterns[pattern] = re.compile("".join(parts), re.DOTALL)
+    return found
+
+
+def pattern_matches(pattern: str, path: str) -> bool:
+    """Whether a rule's path pattern covers `path` (a script path or `!command`): `*` is any run of characters
+    (`/` included), `?` one character, `\\*` `\\?` `\\\\` those characters literally, everything else (`[`, `]`
+    too) itself; both sides compared after NFC."""
+    return _pattern_regex(pattern).fullmatch(_nfc(path)) is not None
+
+
+def escape_pattern(path: str) -> str:
+    """The pattern that matches exactly `path` and nothing else."""
+    return re.sub(r"([*?\\])", r"\\\1", path)
 
 
 def pre_approval_hint(skill: str, path: str) -> str:
     """The command that pre-approves exactly this path, quoted so that it can be pasted as is."""
-    rule = f"{skill}:{glob.escape(path)}"
+    rule = f"{skill}:{escape_pattern(path)}"
     if re.fullmatch(r"[\w.:/*?\[\]!-]+", rule):
         return f"%skills allow {rule}"
     return f'%skills allow "{rule}"' if '"' not in rule and "\\" not in rule else f"%skills allow {shlex.quote(rule)}"

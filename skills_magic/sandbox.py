@@ -1,25 +1,125 @@
-"""The sandbox every script run and inline command runs in on Linux: bubblewrap (`bwrap`), as coding agents use it.
+"""The sandbox every script run and inline command runs in on Linux: bubblewrap (`bwrap`) inside a mount namespace
+of our own (util-linux `unshare`), as coding agents do it.
 
 Inside: a new network namespace (no network at all, loopback included) unless a rule grants `network`; the whole
 filesystem read-only, except a per-run scratch folder (the script's `$TMPDIR` and `$SKILLS_MAGIC_OUTPUT`) and the
-paths a rule grants; the user's secrets (`~/.ssh`, `~/.aws`, `~/.config`, ... and `.env` files of the project and the
-skill) hidden; a new PID namespace, so a daemon the script forks dies with the run. Where no sandbox can be made
-(bwrap missing, user namespaces disabled, not Linux), a run is refused unless a rule explicitly allows it unsandboxed.
+paths a rule grants; fresh `/tmp`, `/run`, `/var/tmp` and `/dev/shm`; every write of the run (the scratch folder,
+those fresh folders, unlinked files) lands on one size-limited tmpfs, so the write limit is a real limit; the mask
+list (`MASKS`, below) applied after every grant, and the project's control files read-only whatever is granted; no
+capabilities, no new user namespaces, and (seccomp) no unix-domain sockets, so no path-based socket of the host (a
+Jupyter kernel on the `ipc` transport, a Docker socket) is reachable; a new PID namespace, so a daemon the script
+forks dies with the run; and limits on memory, processes, CPU time and file size, each of which names itself when hit.
+The scratch folder's contents are copied out to the run's folder when the run ends (the tmpfs then disappears).
+
+Where no sandbox can be made (bwrap or unshare missing, user namespaces disabled, not Linux), a run is refused
+unless a rule typed by the user allows it unsandboxed.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import platform
+import re
 import shutil
+import struct
 import subprocess
 import sys
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-SCRATCH_CAP_BYTES = 64 * 1024 * 1024  # a helper's outputs (a report, a plot) are small; a full disk is not an output
-HIDDEN_IN_HOME = (".ssh", ".aws", ".azure", ".gnupg", ".config", ".docker", ".kube", ".netrc", ".git-credentials",
-                  ".pypirc", ".npmrc", ".password-store", ".local/share/keyrings")  # where credentials live
+MiB = 1024 * 1024
+DEFAULT_MEMORY_BYTES = 2048 * MiB  # per process (RLIMIT_DATA): far above a helper script, far below the machine
+DEFAULT_PROCESSES = 256  # processes and threads together: a build or a pool fits, a fork bomb does not
+DEFAULT_CPU_SECONDS = 120  # per process: two cores busy for the whole default timeout
+DEFAULT_WRITE_BYTES = 256 * MiB  # everything a run writes together (outputs, /tmp, /dev/shm, unlinked files)
+DEFAULT_FILE_BYTES = 1024 * MiB  # the largest single file (RLIMIT_FSIZE): matters on paths a rule made writable
+SCRATCH_CAP_BYTES = DEFAULT_WRITE_BYTES  # the name earlier code and tests use for the write limit
+CPU_GRACE_SECONDS = 5  # SIGXCPU at the limit (it names itself), SIGKILL only this much later
+LIMIT_CHECK_SECONDS = 0.02  # how often the process count is read while a run goes on (a fork bomb is stopped fast)
+CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # where a pids cgroup can be made (v1, then v2)
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
+
+# The mask list: hidden whatever a rule grants (applied after every writable bind). One entry a line, with why.
+# Paths starting with ~ are in the user's home; a folder becomes an empty read-only folder, a file reads as empty.
+MASKS: tuple[tuple[str, str], ...] = (
+    ("~/.ssh", "SSH keys and known hosts"),
+    ("~/.gnupg", "GPG private keys"),
+    ("~/.aws", "AWS credentials"),
+    ("~/.azure", "Azure credentials"),
+    ("~/.config", "most tools' tokens (gh, gcloud, ...); our own trust store and user policy live here too"),
+    ("~/.docker", "registry credentials"),
+    ("~/.kube", "cluster credentials"),
+    ("~/.netrc", "passwords for hosts (curl, git, pip)"),
+    ("~/.git-credentials", "git's stored passwords"),
+    ("~/.pypirc", "PyPI upload tokens"),
+    ("~/.npmrc", "npm tokens"),
+    ("~/.yarnrc", "yarn tokens"),
+    ("~/.pgpass", "PostgreSQL passwords"),
+    ("~/.my.cnf", "MySQL passwords"),
+    ("~/.password-store", "pass's password store"),
+    ("~/.local/share/keyrings", "the desktop keyring"),
+    ("~/.cache/huggingface", "the Hugging Face token"),
+    ("~/.huggingface", "the Hugging Face token (old place)"),
+    ("~/.kaggle", "the Kaggle API key"),
+    ("~/.cargo/credentials", "crates.io token"),
+    ("~/.cargo/credentials.toml", "crates.io token"),
+    ("~/.terraform.d", "Terraform Cloud tokens"),
+    ("~/.databrickscfg", "Databricks tokens"),
+    ("~/.claude", "Claude Code's credentials and transcripts"),
+    ("~/.claude.json", "Claude Code's account state"),
+    ("~/.anthropic", "Anthropic credentials"),
+    ("~/.jupyter", "Jupyter server configuration (passwords, tokens)"),
+    ("~/.local/share/jupyter/runtime", "kernel connection files (their HMAC key drives the kernel) and server tokens"),
+    ("~/.ipython", "IPython's history of every cell typed (keys pasted into a cell stay there)"),
+    ("~/.bash_history", "shell history"),
+    ("~/.zsh_history", "shell history"),
+    ("~/.sh_history", "shell history"),
+    ("~/.history", "shell history"),
+    ("~/.local/share/fish", "shell history"),
+    ("~/.python_history", "Python REPL history"),
+    ("~/.node_repl_history", "Node REPL history"),
+    ("~/.psql_history", "psql history"),
+    ("~/.mysql_history", "MySQL history"),
+    ("~/.sqlite_history", "SQLite shell history"),
+    ("~/.lesshst", "less's search history"),
+    ("~/.viminfo", "vim's registers and history"),
+    ("$JUPYTER_RUNTIME_DIR", "kernel connection files where Jupyter was told to keep them"),
+    ("$XDG_RUNTIME_DIR", "the session's sockets and runtime secrets (dbus, keyring, ssh-agent)"),
+    ("$SSH_AUTH_SOCK", "the SSH agent"),
+    ("$SKILLS_MAGIC_CONFIG_DIR", "our trust store and the user's own policy file, where they were moved"),
+)
+ENV_FILE = re.compile(r"^\.env(rc)?($|\.)")  # .env, .env.local, .envrc ...: in every folder from the session up
+FRESH_FOLDERS = ("/tmp", "/var/tmp", "/run", "/dev/shm")  # fresh and empty: host sockets and temp files are not there
+HOST_SYMLINKED = ("/var/run", "/var/lock")  # usually links into /run: covered by the fresh /run
+
+# seccomp: the syscalls a sandboxed process may not make. socket(AF_UNIX) reaches host sockets by path (a new network
+# namespace does not cover the filesystem); io_uring can open sockets without the socket syscall.
+_SECCOMP_ARCH = {  # machine: (AUDIT_ARCH, socket, io_uring_setup)
+    "x86_64": (0xC000003E, 41, 425),
+    "aarch64": (0xC00000B7, 198, 425),
+}
+AF_UNIX = 1
+_EPERM = 1
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a run may use; each can be raised by a rule (`--memory 4G`, `--processes 512`, `--cpu 600`,
+    `--max-writes 1G`, `--max-file 1G`, `--timeout 300`)."""
+
+    memory: int = DEFAULT_MEMORY_BYTES
+    processes: int = DEFAULT_PROCESSES
+    cpu_seconds: int = DEFAULT_CPU_SECONDS
+    write_bytes: int = DEFAULT_WRITE_BYTES
+    file_bytes: int = DEFAULT_FILE_BYTES
+    wall_seconds: int | None = None  # None: the gate's timeout (60 s unless changed); `--timeout 300` sets it
+
+    def describe(self) -> str:
+        wall = f", {self.wall_seconds} s in all" if self.wall_seconds else ""
+        return (f"memory {size_text(self.memory)} a process, {self.processes} processes, {self.cpu_seconds} s CPU, "
+                f"writes {size_text(self.write_bytes)} in all, files up to {size_text(self.file_bytes)}{wall}")
 
 
 @dataclass(frozen=True)
@@ -30,6 +130,7 @@ class Grants:
     network: bool = False
     writable: tuple[str, ...] = ()
     unsandboxed: bool = False
+    limits: Limits = field(default_factory=Limits)
 
     def describe(self) -> str:
         parts = []
@@ -39,59 +140,403 @@ class Grants:
             parts.append("network")
         parts += [f"write {p}" for p in self.writable]
         parts += [f"env {v}" for v in self.env]
+        if self.limits != Limits():
+            parts.append(f"limits: {self.limits.describe()}")
         return ", ".join(parts) or "nothing beyond the sandbox (no network, writes only to its scratch folder)"
+
+
+def size_text(n: int) -> str:
+    for unit, size in (("G", 1024 * MiB), ("M", MiB), ("K", 1024)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}iB"
+    if n >= MiB:
+        return f"{n / MiB:.1f} MiB"
+    return f"{n:,} bytes"
+
+
+def grant_size(n: int) -> str:
+    """A size as a grant is typed: `4G`, `512M`."""
+    return size_text(n).replace(" ", "").replace("iB", "").replace("bytes", "").replace(",", "")
+
+
+def parse_size(text: str | int) -> int:
+    """`512M`, `4G`, `1.5G`, `100000` -> bytes; a clear ValueError otherwise."""
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a size: write e.g. 512M or 4G")
+    scale = {"": 1, "K": 1024, "M": MiB, "G": 1024 * MiB, "T": 1024 * 1024 * MiB}[match.group(2).upper()]
+    return int(float(match.group(1)) * scale)
 
 
 @functools.lru_cache(maxsize=1)
 def availability() -> tuple[bool, str]:
-    """(True, what) when a bwrap sandbox can be made here; else (False, why not and how to fix it)."""
+    """(True, what) when a sandbox can be made here; else (False, why not and how to fix it)."""
     if not sys.platform.startswith("linux"):
         return False, f"no sandbox on {sys.platform}: bubblewrap needs Linux"
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
+    if shutil.which("bwrap") is None:
         return False, f"bwrap is not installed; {INSTALL_HINT}"
-    probe = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
-                            "--proc", "/proc", "true"], capture_output=True, text=True)
+    if shutil.which("unshare") is None:
+        return False, "unshare (util-linux) is not installed; install util-linux"
+    with tempfile.TemporaryDirectory(prefix="skills-magic-probe-") as probe_dir:
+        os.makedirs(os.path.join(probe_dir, "run", "output"))
+        os.makedirs(os.path.join(probe_dir, "live"))
+        probe = subprocess.run(_layers(os.path.join(probe_dir, "live"), os.path.join(probe_dir, "run"), 1024 * 1024, None)
+                               + [_bwrap(), "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
+                                  "--proc", "/proc", "true"], capture_output=True, text=True)
     if probe.returncode != 0:
         reason = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
         return False, f"bwrap cannot create namespaces here ({reason}); user namespaces may be disabled"
-    return True, "bubblewrap: no network, read-only files but a scratch folder, secrets hidden, own PID namespace"
+    return True, ("bubblewrap: no network, read-only files but a scratch folder, secrets hidden, no host sockets, "
+                  "own PID namespace, limits on memory, processes, CPU and writes")
 
 
-def _hidden(folder: str, home: str) -> list[str]:
-    """bwrap arguments that hide credentials: folders become empty tmpfs, files read as empty."""
-    args: list[str] = []
-    for relative in HIDDEN_IN_HOME:
-        path = os.path.join(home, relative)
-        if os.path.isdir(path):
-            args += ["--tmpfs", path]
-        elif os.path.exists(path):
-            args += ["--ro-bind", "/dev/null", path]
-    for place in {folder, os.getcwd()}:
+def _bwrap() -> str:
+    return shutil.which("bwrap") or "bwrap"
+
+
+# The outer layer, run by `sh` inside `unshare --user --map-root-user --mount`: one tmpfs of the write limit's size
+# holds the scratch folder, the fresh folders and the upper layer of the working folder's overlay (copy-on-write);
+# after bwrap exits, the scratch folder and the overlay's changes are copied out to the run's folder, through a bind
+# mount made before the overlay hides the host's view. Arguments: $1 the tmpfs mount point, $2 the run's folder on
+# the host, $3 the size, $4 the working folder ("" for none), then the command line to run.
+_LAYER_SCRIPT = r"""
+set -e
+live="$1"; run="$2"; size="$3"; work="$4"; shift 4
+mount -t tmpfs -o "size=$size,mode=0755" skills-magic-run "$live"
+mkdir "$live/scratch" "$live/run" "$live/host" && mkdir -m 1777 "$live/tmp" "$live/vartmp" "$live/shm"
+mount --bind "$run" "$live/host"
+if [ -n "$work" ]; then
+    mkdir "$live/upper" "$live/overlay-work" "$live/lower"
+    mount --bind "$work" "$live/lower"  # the host's view, for the paths a rule made writable
+    mount -t overlay skills-magic-work -o "lowerdir=$live/lower,upperdir=$live/upper,workdir=$live/overlay-work,userxattr" "$work"
+fi
+set +e
+"$@"
+code=$?
+for f in "$live"/scratch/* "$live"/scratch/.[!.]* "$live"/scratch/..?*; do
+    if [ -e "$f" ] || [ -L "$f" ]; then cp -a "$live/scratch/." "$live/host/output/" 2>/dev/null; break; fi
+done
+if [ -n "$work" ]; then
+    find "$live/upper" -mindepth 1 -type c -printf '%P\0' > "$live/host/deleted" 2>/dev/null
+    for f in "$live"/upper/* "$live"/upper/.[!.]* "$live"/upper/..?*; do
+        if [ -e "$f" ] || [ -L "$f" ]; then
+            mkdir -p "$live/host/changes" && cp -a --no-preserve=xattr "$live/upper/." "$live/host/changes/" 2>/dev/null
+            find "$live/host/changes" -type c -delete 2>/dev/null
+            break
+        fi
+    done
+fi
+exit $code
+"""
+
+# The outermost layer: join the run's pids cgroup (when one could be made) before the namespaces are made.
+_CGROUP_SCRIPT = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
+
+
+def _layers(live: str, run: str, size: int, cgroup: str | None, work: str | None = None) -> list[str]:
+    layer = [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--propagation", "private",
+             "sh", "-c", _LAYER_SCRIPT, "sh", live, run, str(size), work or ""]
+    if cgroup:
+        return ["sh", "-c", _CGROUP_SCRIPT, "sh", cgroup, *layer]
+    return layer
+
+
+@functools.lru_cache(maxsize=1)
+def overlay_availability() -> tuple[bool, str]:
+    """(True, what) when the working folder can be seen copy-on-write (a kernel overlayfs mounted in our own user
+    namespace); else (False, why, and that runs then see it read-only)."""
+    if not availability()[0]:
+        return False, "no sandbox here"
+    with tempfile.TemporaryDirectory(prefix="skills-magic-probe-") as probe_dir:
+        lower, run = os.path.join(probe_dir, "lower"), os.path.join(probe_dir, "run")
+        os.makedirs(os.path.join(run, "output"))
+        os.makedirs(lower)
+        live = tempfile.mkdtemp(prefix="skills-magic-live-", dir=_live_root())
         try:
-            names = os.listdir(place)
+            probe = subprocess.run(_layers(live, run, 1024 * 1024, None, lower) + ["sh", "-c", f"echo x > {lower}/new"],
+                                   capture_output=True, text=True)
+        finally:
+            os.rmdir(live)
+        made = os.path.exists(os.path.join(run, "changes", "new")) and not os.path.exists(os.path.join(lower, "new"))
+    if probe.returncode != 0 or not made:
+        reason = (probe.stderr.strip().splitlines() or ["the change did not arrive"])[-1]
+        return False, (f"the working folder is read-only in runs: no overlayfs in a user namespace here ({reason}); "
+                       "a Linux kernel 5.11 or newer with unprivileged overlayfs makes it copy-on-write")
+    return True, "the working folder is copy-on-write: writes land in the run's folder until %skills apply"
+
+
+def _live_root() -> str | None:
+    """Where the run's tmpfs mount points go: /tmp, which every sandbox replaces with a fresh one (so the sandbox
+    never sees them), else the default temp folder."""
+    return "/tmp" if os.path.isdir("/tmp") else None
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """A classic BPF program (struct sock_filter[]) refusing socket(AF_UNIX, ...) and io_uring_setup with EPERM, and
+    every syscall of a foreign ABI (x32, i386); None on a machine we have no numbers for."""
+    numbers = _SECCOMP_ARCH.get(machine or platform.machine())
+    if numbers is None:
+        return None
+    arch, socket_nr, io_uring_nr = numbers
+    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | _EPERM
+
+    def op(code: int, jt: int, jf: int, k: int) -> bytes:
+        return struct.pack("<HBBI", code, jt, jf, k)
+
+    program = [
+        op(ld_w_abs, 0, 0, 4),  # 0: seccomp_data.arch
+        op(jeq_k, 1, 0, arch),  # 1: our ABI: go on; else refuse
+        op(ret_k, 0, 0, deny),  # 2
+        op(ld_w_abs, 0, 0, 0),  # 3: seccomp_data.nr
+        op(jge_k, 6, 0, 0x40000000),  # 4: x32 syscall numbers: refuse (jump to 11)
+        op(jeq_k, 5, 0, io_uring_nr),  # 5: io_uring_setup: refuse (jump to 11)
+        op(jeq_k, 1, 0, socket_nr),  # 6: socket: check its family
+        op(ret_k, 0, 0, allow),  # 7
+        op(ld_w_abs, 0, 0, 16),  # 8: args[0], low 32 bits (little-endian)
+        op(jeq_k, 1, 0, AF_UNIX),  # 9: AF_UNIX: refuse
+        op(ret_k, 0, 0, allow),  # 10
+        op(ret_k, 0, 0, deny),  # 11
+    ]
+    return b"".join(program)
+
+
+def home_masks(home: str, environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(absolute path, reason) for every entry of MASKS that exists here (both the path and, if it is a link, its
+    target); environment-named entries only when the variable is set."""
+    found: list[tuple[str, str]] = []
+    for entry, reason in MASKS:
+        if entry.startswith("$"):
+            path = environ.get(entry[1:], "")
+            if not path or not os.path.isabs(path):
+                continue
+        else:
+            path = os.path.join(home, entry[2:])
+        for candidate in dict.fromkeys((path, os.path.realpath(path))):
+            if os.path.lexists(candidate) and candidate not in ("/", home):
+                found.append((candidate, reason))
+    runtime = os.path.join(environ.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share"), "jupyter", "runtime")
+    if os.path.isdir(runtime):
+        found.append((runtime, "kernel connection files and server tokens"))
+    return found
+
+
+def env_files(folders: Sequence[str]) -> list[str]:
+    """Every `.env*` and `.envrc` in each folder and its parents up to the repository root (the first folder with a
+    `.git`), or the folder alone when it is in no repository."""
+    found: list[str] = []
+    for start in folders:
+        chain, here = [], os.path.realpath(start)
+        while True:
+            chain.append(here)
+            if os.path.exists(os.path.join(here, ".git")):
+                break
+            parent = os.path.dirname(here)
+            if parent == here:
+                chain = chain[:1]  # no repository: only the folder itself
+                break
+            here = parent
+        for place in chain:
+            try:
+                names = os.listdir(place)
+            except OSError:
+                continue
+            found += [os.path.join(place, n) for n in sorted(names) if ENV_FILE.match(n)]
+    return list(dict.fromkeys(found))
+
+
+@dataclass
+class Box:
+    """One prepared sandbox: the argv prefix for a command, the fds it needs, and what to clean up after."""
+
+    folder: str
+    scratch: str
+    grants: Grants
+    live: str
+    cgroup: str | None
+    seccomp_fd: int | None
+    args: list[str]
+    run: str = ""  # the run's folder: output/ (the scratch folder), changes/ and deleted (the working folder's)
+    working: str | None = None  # the working folder seen copy-on-write, None when it is not
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return (self.seccomp_fd,) if self.seccomp_fd is not None else ()
+
+    @property
+    def limits(self) -> Limits:
+        return self.grants.limits
+
+    def argv(self, command: Sequence[str]) -> list[str]:
+        return [*self.args, "--", *command]
+
+    def processes_limit_hit(self) -> bool:
+        if not self.cgroup:
+            return False
+        try:
+            with open(os.path.join(self.cgroup, "pids.events"), encoding="ascii") as handle:
+                return any(line.split()[1] != "0" for line in handle if line.startswith("max "))
+        except (OSError, IndexError):
+            return False
+
+    def written_bytes(self) -> int:
+        """What the run left in its scratch folder (what it wrote elsewhere is gone with the tmpfs)."""
+        return folder_size(self.scratch)
+
+    def close(self) -> None:
+        if self.seccomp_fd is not None:
+            try:
+                os.close(self.seccomp_fd)
+            except OSError:
+                pass
+            self.seccomp_fd = None
+        try:
+            os.rmdir(self.live)
+        except OSError:
+            pass
+        if self.cgroup:
+            try:
+                os.rmdir(self.cgroup)
+            except OSError:
+                pass
+
+
+def _make_cgroup(limit: int) -> str | None:
+    """A pids cgroup of our own with `pids.max` = limit, where this user may make one (root, or a delegated tree)."""
+    for root in CGROUP_ROOTS:
+        if not os.path.isfile(os.path.join(root, "cgroup.procs")) or not os.access(root, os.W_OK):
+            continue
+        if root == "/sys/fs/cgroup":
+            try:
+                with open(os.path.join(root, "cgroup.controllers"), encoding="ascii") as handle:
+                    if "pids" not in handle.read().split():
+                        continue
+            except OSError:
+                continue
+        try:
+            path = tempfile.mkdtemp(prefix="skills-magic-", dir=root)
         except OSError:
             continue
-        for name in names:
-            if name == ".env" or name.startswith(".env."):
-                args += ["--ro-bind", "/dev/null", os.path.join(place, name)]
-    return args
+        try:
+            with open(os.path.join(path, "pids.max"), "w", encoding="ascii") as handle:
+                handle.write(str(limit))
+            return path
+        except OSError:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+    return None
 
 
-def wrap(command: list[str], folder: str, scratch: str, grants: Grants, home: str | None = None) -> list[str]:
-    """The bwrap command line that runs `command` in `folder` inside the sandbox."""
-    home = home or os.path.expanduser("~")
-    args = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]  # /tmp stays read-only: $TMPDIR is the scratch
+def _needed_paths(folder: str, skill_folder: str | None, home: str) -> list[str]:
+    """Folders a run sees as on the machine even when they lie under a folder made fresh (a project, a home or a
+    virtualenv in /tmp): the run's folder, the session's, the skill's, the home (masked as always), the interpreter's."""
+    wanted = [folder, os.getcwd(), skill_folder, home, sys.prefix, sys.base_prefix, sys.exec_prefix,
+              os.path.dirname(os.path.realpath(sys.executable)), *[p for p in sys.path if p and os.path.isdir(p)]]
+    return list(dict.fromkeys(os.path.realpath(p) for p in wanted if p))
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def prepare(folder: str, run: str, grants: Grants, *, home: str | None = None, protected: Sequence[str] = (),
+            skill_copy: tuple[str, str] | None = None, environ: Mapping[str, str] | None = None,
+            working: bool = False) -> Box:
+    """The sandbox for one run in `folder`, its outputs and changes kept in `run` (`run`/output is the scratch folder,
+    `run`/changes and `run`/deleted what the run changed in `folder`). `working`: `folder` is the working folder,
+    seen copy-on-write where that is possible (else read-only). `protected`: the project's control files (read-only
+    whatever is granted); `skill_copy`: (private copy, the skill's real folder): the copy is what the process sees at
+    the skill's path."""
+    environ = os.environ if environ is None else environ
+    home = os.path.realpath(home or os.path.expanduser("~"))
+    limits = grants.limits
+    scratch = os.path.join(run, "output")
+    os.makedirs(scratch, exist_ok=True)
+    work = os.path.realpath(folder) if working and overlay_availability()[0] else None
+    live = tempfile.mkdtemp(prefix="skills-magic-live-", dir=_live_root())
+    cgroup = _make_cgroup(limits.processes)
+    program = seccomp_program()
+    seccomp_fd = None
+    if program is not None:
+        reader, writer = os.pipe()
+        os.write(writer, program)  # a few hundred bytes: fits the pipe's buffer
+        os.close(writer)
+        seccomp_fd = reader
+    args = _layers(live, run, limits.write_bytes, cgroup, work)
+    args += [shutil.which("prlimit") or "prlimit", f"--data={limits.memory}", f"--nproc={limits.processes}",
+             f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + CPU_GRACE_SECONDS}", f"--fsize={limits.file_bytes}", "--core=0", "--"]
+    args += [_bwrap(), "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent",
+             "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     if grants.network:
         args.append("--share-net")
-    args += _hidden(folder, home)
-    args += ["--bind", scratch, scratch]
-    for path in grants.writable:
+    fresh = [(f, inside) for f, inside in zip(FRESH_FOLDERS, ("tmp", "vartmp", "run", "shm"))
+             if os.path.isdir(f) and not os.path.islink(f)]
+    for path, inside in fresh:
+        args += ["--bind", os.path.join(live, inside), path]
+    for path in _needed_paths(folder, skill_copy[1] if skill_copy else None, home):  # read-only again, under a fresh folder
+        if any(_under(path, f) for f, _ in fresh) and os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    if work:
+        args += ["--bind", work, work]  # the overlay the layer mounted there: writes land in its upper layer
+    for path in grants.writable:  # grants first: the skill's copy and every mask below are applied over them
+        real = os.path.realpath(path)
+        if os.path.exists(real):  # a granted path is written for real: under the overlay, its host view
+            source = os.path.join(live, "lower", os.path.relpath(real, work)) if work and _under(real, work) else real
+            args += ["--bind", source, real]
+    if skill_copy is not None:
+        copy, real = skill_copy
+        args += ["--ro-bind", copy, os.path.realpath(real)]
+    hidden = [path for path, _reason in home_masks(home, environ)]
+    hidden += env_files([folder, os.getcwd(), *([skill_copy[1]] if skill_copy else [])])
+    for path in dict.fromkeys(hidden):
+        if os.path.isdir(path) and not os.path.islink(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    for path in protected:  # last: no grant makes the project's control files writable
         if os.path.exists(path):
-            args += ["--bind", path, path]
-    args += ["--setenv", "TMPDIR", scratch, "--setenv", "SKILLS_MAGIC_OUTPUT", scratch, "--chdir", os.path.realpath(folder)]
-    return [*args, "--", *command]
+            args += ["--ro-bind", os.path.realpath(path), os.path.realpath(path)]
+    args += ["--bind", os.path.join(live, "scratch"), os.path.realpath(scratch)]  # inside .skills/, after it
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
+    args += ["--setenv", "TMPDIR", os.path.realpath(scratch), "--setenv", "SKILLS_MAGIC_OUTPUT", os.path.realpath(scratch),
+             "--setenv", "PYTHONDONTWRITEBYTECODE", "1",  # and the skill is its private copy: no __pycache__ there
+             "--chdir", os.path.realpath(folder)]
+    return Box(folder, scratch, grants, live, cgroup, seccomp_fd, args, run, work)
+
+
+def explain_stop(box: Box, exit_code: int | None, stderr: str) -> str | None:
+    """One line naming the limit a run hit and the grant that raises it, or None when no limit explains the end."""
+    limits = box.limits
+    if box.processes_limit_hit():
+        return (f"stopped: process limit {limits.processes} reached (processes and threads together); "
+                f"allow more with --processes {limits.processes * 2}")
+    if exit_code in (None, 0):
+        return None
+    tail = stderr[-4000:]
+    if (re.search(r"No space left on device|\[Errno 28\]|ENOSPC", tail)
+            or box.written_bytes() >= limits.write_bytes - 64 * 1024):
+        return (f"stopped: write limit {size_text(limits.write_bytes)} reached (everything the run writes together); "
+                f"allow more with --max-writes {grant_size(limits.write_bytes * 4)}")
+    if exit_code == 128 + 25 or re.search(r"File too large|\[Errno 27\]|EFBIG", tail):
+        return (f"stopped: file size limit {size_text(limits.file_bytes)} reached; "
+                f"allow more with --max-file {grant_size(limits.file_bytes * 4)}")
+    if exit_code == 128 + 24:
+        return f"stopped: CPU time limit {limits.cpu_seconds} s reached; allow more with --cpu {limits.cpu_seconds * 4}"
+    if re.search(r"MemoryError|Cannot allocate memory|out of memory|bad_alloc|\[Errno 12\]|ENOMEM", tail):
+        return (f"stopped: memory limit {size_text(limits.memory)} reached; "
+                f"allow more with --memory {grant_size(limits.memory * 2)}")
+    if re.search(r"Resource temporarily unavailable|can't fork|fork: retry|BlockingIOError: \[Errno 11\]", tail):
+        return (f"stopped: process limit {limits.processes} reached (processes and threads together); "
+                f"allow more with --processes {limits.processes * 2}")
+    if exit_code == 128 + 9:
+        return (f"stopped: killed (SIGKILL), most likely at the memory limit {size_text(limits.memory)}; "
+                f"allow more with --memory {grant_size(limits.memory * 2)}")
+    return None
 
 
 def folder_size(path: str) -> int:

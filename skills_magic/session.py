@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from skills_magic.models.base import ModelClient
 
 RUNS_FOLDER = os.path.join(".skills", "runs")  # each sandboxed run's scratch folder (its outputs stay there)
+MAX_LISTED_OUTPUTS = 50  # files named in a tool result; the rest are counted (30,000 files must not make 8 MB)
+MAX_TOOL_RESULT_CHARS = 1024 * 1024  # a script's whole tool result (output and file list) stays under this
 WRITE_FOLDER = os.path.join(".skills", "written")  # where `%%skill write` puts skills unless told otherwise
 LEDGER_METADATA_KEY = "experiment-ledger"  # a skill with `metadata: {experiment-ledger: "true"}` gets the ledger tool
 LEDGER_OUTPUT_CHARS = 4000  # a check's output kept in its observation; the rest is cut (and says so)
@@ -64,13 +66,15 @@ class SkillsSession:
         from skills_magic.gate import unattended
         from skills_magic.manifest import Manifest, lock_path
         from skills_magic.policy import POLICY_FILE, Policy
+        from skills_magic.trust import TrustStore, user_policy_path
 
         self.cwd = os.path.abspath(cwd or os.getcwd())
         self.catalog = Catalog(sources if sources is not None else default_sources(self.cwd, extra=extra_paths))
-        self.policy = Policy()
+        self.policy = Policy(trust=TrustStore.default())  # in the user's config folder, outside every project
         self.policy.extend("deny", deny, "IPython config")
         self.policy.extend("allow", allow, "IPython config")
-        self.policy.load_file(os.path.join(self.cwd, POLICY_FILE))
+        self.policy.load_file(user_policy_path(), owner="user")  # the user's own rules, with full powers
+        self.policy.load_file(os.path.join(self.cwd, POLICY_FILE))  # the project's: allow rules inert until trusted
         self.manifest = Manifest(lock_path(self.cwd))
         self.asker = unattended  # front ends that can ask a person replace this
         self._database = None
@@ -220,8 +224,12 @@ class SkillsSession:
         return self._database
 
     def _audit(self, row: dict[str, Any]) -> None:
+        """Append one audit row; its strings (a refusal's detail, an inline command) are stored with secrets masked."""
+        from skills_magic.redact import redactor
+
+        masker = redactor()
         columns = ["session", *row]
-        values = [self.session_id, *row.values()]
+        values = [self.session_id, *(masker.mask(value) for value in row.values())]
         self.database.connect().execute(
             f"INSERT INTO audit ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})", values)
 
@@ -435,25 +443,63 @@ class SkillsSession:
     def gate(self):
         from skills_magic.gate import Gate
 
-        return Gate(self.policy, self.manifest, self._audit, scratch_root=os.path.join(self.cwd, RUNS_FOLDER))
+        return Gate(self.policy, self.manifest, self._audit, scratch_root=os.path.join(self.cwd, RUNS_FOLDER),
+                    protected=self.control_files(), working_folder=self.cwd)
+
+    def control_files(self) -> list[str]:
+        """The project's own control files: read-only inside every sandbox, whatever a rule grants."""
+        from skills_magic.db import resolve_path
+        from skills_magic.policy import POLICY_FILE
+
+        database = resolve_path(self.cwd)
+        return [os.path.join(self.cwd, POLICY_FILE), self.manifest.path, os.path.join(self.cwd, ".skills"), database,
+                database + "-wal", database + "-shm"]
 
     def add_rule(self, kind: str, text: str, env: Sequence[str] = (), *, network: bool = False,
-                 writable: Sequence[str] = (), unsandboxed: bool = False):
+                 writable: Sequence[str] = (), unsandboxed: bool = False, limits=None, save: bool = False):
+        """A rule the user typed (`%skills allow/deny`); `limits` raises the sandbox's limits ({"memory": "4G"});
+        `save` also keeps it in the user's own policy file."""
         from skills_magic.policy import parse_rule
 
         writable = [os.path.join(self.cwd, os.path.expanduser(p)) for p in writable]
-        return self.policy.add(parse_rule(kind, text, f"%skills {kind}", env, network=network, writable=writable,
-                                          unsandboxed=unsandboxed))
+        rule = self.policy.add(parse_rule(kind, text, f"%skills {kind}", env, network=network, writable=writable,
+                                          unsandboxed=unsandboxed, limits=limits))
+        if save:
+            self.policy.save_rule(rule)
+        return rule
+
+    def trust(self, path: str | None = None, *, revoke: bool = False):
+        """`%skills trust`: record the sha256 of the project's policy file (or `path`) in the user's trust store, so
+        its allow rules apply until one byte of it changes; returns the report of every rule those bytes hold. With
+        `revoke`, forget it: its allow rules are inert again."""
+        from skills_magic.policy import POLICY_FILE
+
+        target = os.path.join(self.cwd, os.path.expanduser(path)) if path else os.path.join(self.cwd, POLICY_FILE)
+        report = self.policy.trust_file(target, revoke=revoke)
+        if not revoke or report.sha256:
+            self._audit({"at": _utc_now(), "event": "revoke" if revoke else "trust", "skill": "*",
+                         "path": self.show_path(report.path), "digest": report.sha256,
+                         "decision": "deny" if revoke else "allow", "decided_by": "the user: %skills trust",
+                         "detail": f"{len(report.rules)} rules, {len(report.problems)} refused or dropped"
+                                   if not revoke else "its allow rules are inert again"})
+        return report
 
     def review(self, name: str, confirm: Callable[[], bool] | None = None):
         """The files of a skill with their digests and what changed since the last review; writes skills.lock only
-        when `confirm()` says yes. Returns (changes, written)."""
+        when `confirm()` says yes. Returns (changes, written). Raises ReviewRefused, recording nothing, for a skill
+        holding a file that is never read (a FIFO, a device, a symlink leaving the skill)."""
+        from skills_magic.manifest import ReviewRefused, UnsafeFile, skill_files
+
         skill = self.skill(name)
-        changes = self.manifest.compare(skill.name, skill.folder)
+        try:
+            files = skill_files(skill.folder)  # one scan, shown and recorded: the lock holds the bytes confirmed
+        except UnsafeFile as error:
+            raise ReviewRefused(error.of(skill.name)) from None
+        changes = self.manifest.compare(skill.name, skill.folder, files)
         needed = any(c.kind != "unchanged" for c in changes) or self.manifest.entry(skill.name) is None
         written = bool(needed and confirm is not None and confirm())
         if written:
-            self.manifest.write(skill.name, skill.folder, skill.version)
+            self.manifest.write(skill.name, skill.folder, skill.version, files)
             self._audit({"at": _utc_now(), "event": "review", "skill": skill.name, "path": "*", "decision": "allow",
                          "decided_by": "the reviewer", "detail": f"{len(changes)} files recorded in skills.lock"})
         return skill, changes, written
@@ -473,10 +519,10 @@ class SkillsSession:
             event = TraceEvent("execute", where, bytes=run_.stdin_bytes, detail=detail)
             files = _outputs_of(run_, f"{skill.name}/{path}")
             self._run_outputs.extend(files)
-            listing = "".join(f"\n[wrote {o['path']} ({o['bytes']:,} bytes) in $SKILLS_MAGIC_OUTPUT]" for o in files)
+            listing = written_listing(files)
             if run_.stopped or run_.timed_out or run_.exit_code != 0:
-                return f"{path} {detail}\n{run_.stderr}".rstrip() + listing, True, event
-            return run_.stdout + listing, False, event
+                return cap_tool_result(f"{path} {detail}\n{run_.stderr}".rstrip(), listing), True, event
+            return cap_tool_result(run_.stdout, listing), False, event
 
         return run, (lambda skill, body: gate.expand_inline(skill, body, asker))
 
@@ -564,6 +610,25 @@ class SkillsSession:
             if _is_under(absolute, source.root):
                 return _inside(f"<{source.label}>", absolute, os.path.dirname(source.root))
         return shown
+
+
+def written_listing(files: Sequence[dict[str, Any]]) -> str:
+    """The lines that tell the model which files a run wrote: the first MAX_LISTED_OUTPUTS, then one line for the rest."""
+    lines = [f"\n[wrote {o['path']} ({o['bytes']:,} bytes) in $SKILLS_MAGIC_OUTPUT]" for o in files[:MAX_LISTED_OUTPUTS]]
+    rest = files[MAX_LISTED_OUTPUTS:]
+    if rest:
+        lines.append(f"\n[... and {len(rest):,} more files ({sum(o['bytes'] for o in rest):,} bytes) not listed]")
+    return "".join(lines)
+
+
+def cap_tool_result(text: str, listing: str = "") -> str:
+    """A script's tool result, output and file list together, cut to MAX_TOOL_RESULT_CHARS (and saying so)."""
+    whole = text + listing
+    if len(whole) <= MAX_TOOL_RESULT_CHARS:
+        return whole
+    room = max(0, MAX_TOOL_RESULT_CHARS - len(listing[:MAX_TOOL_RESULT_CHARS // 2]) - 100)
+    return (text[:room] + f"\n[tool result cut: {len(whole) - room - len(listing[:MAX_TOOL_RESULT_CHARS // 2]):,} "
+            "more characters not shown]" + listing[:MAX_TOOL_RESULT_CHARS // 2])
 
 
 def _outputs_of(run, script: str) -> list[dict[str, Any]]:

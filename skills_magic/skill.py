@@ -21,6 +21,7 @@ SKILL_FILENAMES = ("SKILL.md", "skill.md")  # the spec's name first; lowercase i
 MAX_SKILL_FILE_BYTES = 16 * 1024 * 1024  # larger files are refused unread: no real skill is that big
 BINARY_SNIFF_BYTES = 8192  # a NUL byte in the first 8 KiB means a binary file, as git decides it
 ADVISED_BODY_LINES = 500  # the spec's authoring advice: keep SKILL.md under 500 lines
+MAX_ALIAS_NODES = 10_000  # nodes aliases may add when expanded: real frontmatter adds a few; a billion laughs, billions
 
 Severity = Literal["error", "warning", "info"]
 
@@ -40,6 +41,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "no-frontmatter": ("error", "SKILL.md does not start with a `---` line"),
     "frontmatter-unclosed": ("error", "the frontmatter has no closing `---` line"),
     "yaml-error": ("error", "the frontmatter is not valid YAML"),
+    "yaml-aliases": ("error", f"the frontmatter's aliases expand it by more than {MAX_ALIAS_NODES} nodes, or endlessly"),
     "frontmatter-not-mapping": ("error", "the frontmatter is a list or a scalar, not a mapping"),
     "duplicate-key": ("warning", "a key appears twice in one mapping (the last value is used)"),
     "name-missing": ("warning", "no `name` (the folder name is used)"),
@@ -261,6 +263,37 @@ def _plain(node, seen: set[int], loader) -> Any:
     raise _NotPlain
 
 
+def _alias_growth(root) -> int:
+    """How many more nodes the document has with every alias expanded than as written (capped past the bound).
+
+    An alias is counted each time it is used, as anything that walks the loaded value (pydantic, json, str) would
+    meet it, but each node's expanded size is computed once (memoised), so the count costs one pass over the
+    written nodes even for a billion laughs. A node that contains itself expands endlessly: past the bound.
+    """
+    endless = 2**62  # stands for "infinite": any number past the bound will do
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            return endless
+        if isinstance(node, yaml.ScalarNode):
+            sizes[key] = 1
+            return 1
+        active.add(key)
+        children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+        total = 1 + sum(size(child) for child in children)
+        active.discard(key)
+        sizes[key] = min(total, endless)  # keeps the numbers small: 9**29 is as refused as 2**62
+        return sizes[key]
+
+    expanded = size(root)
+    return expanded - len(sizes) if expanded < endless else endless
+
+
 def _duplicate_keys(node, found: list[tuple[str, int, int]]) -> None:
     """Keys that appear twice in one mapping, searched on the composed nodes (before PyYAML keeps the last)."""
     if isinstance(node, yaml.MappingNode):
@@ -357,6 +390,10 @@ def parse_frontmatter(text: str, path: str = "<string>") -> ParsedFrontmatter:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
+        if node is not None and _alias_growth(node) > MAX_ALIAS_NODES:
+            return ParsedFrontmatter(None, [Diagnostic(
+                "yaml-aliases", f"the frontmatter's aliases expand it by more than {MAX_ALIAS_NODES:,} nodes (or endlessly), "
+                "as an alias bomb does; write the values out instead", path)], {}, {})
         data = None if node is None else construct(loader, node)
     except yaml.YAMLError as error:
         return ParsedFrontmatter(None, [_yaml_problem(path, error, text)], {}, {})
@@ -431,7 +468,7 @@ def read_skill_file(path: str | os.PathLike) -> SkillFile:
     parsed = parse_frontmatter(frontmatter_text, path)
     data = parsed.data
     found.extend(parsed.diagnostics)
-    if any(d.code == "yaml-error" for d in parsed.diagnostics):
+    if any(d.code in ("yaml-error", "yaml-aliases") for d in parsed.diagnostics):
         return SkillFile(path, None, body, body_line, tuple(found), len(raw))
     if data is None:
         data = {}

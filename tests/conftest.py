@@ -72,6 +72,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _config_dir(tmp_path_factory, monkeypatch) -> Path:
+    """Every test gets its own empty user config folder (trust store, the user's skills-policy.yaml): the real one is
+    never read or written. A test that needs a second session with the same store keeps this variable as it is."""
+    folder = tmp_path_factory.mktemp("config")
+    monkeypatch.setenv("SKILLS_MAGIC_CONFIG_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture(autouse=True)
 def _skip_script_runs_without_a_sandbox(request, monkeypatch):
     """Where no sandbox can be made, a test whose script run would be refused is skipped with the reason (CI
     installs bubblewrap, and turns skips into failures). Tests of the no-sandbox path itself opt out."""

@@ -419,7 +419,7 @@ BILLION_LAUGHS = "lol0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
 )
 
 
-def test_alias_bombs_and_self_references_load_without_expanding(tmp_path):
+def test_alias_bombs_and_self_references_are_skipped_without_expanding(tmp_path):
     # run in a child process with a generous timeout: a regression here would hang rather than fail
     root = collection(tmp_path)
     make_skill(root / "bomb", f"name: bomb\ndescription: Aliases.\n{BILLION_LAUGHS}")
@@ -436,7 +436,7 @@ def test_alias_bombs_and_self_references_load_without_expanding(tmp_path):
 
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "['bomb', 'good-skill', 'loop']"
+    assert run.stdout.strip() == "['good-skill']"  # past the alias bound: skipped with a diagnostic, the rest load
 
 
 def test_nesting_deeper_than_yaml_allows_is_a_yaml_error(tmp_path):

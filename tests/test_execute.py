@@ -124,16 +124,16 @@ def test_environment_has_no_secrets_but_keeps_path(skill, monkeypatch):
         assert name not in env
     assert not any(name.startswith("AWS_") or name.endswith(("_TOKEN", "_SECRET")) for name in env)
     assert env["PATH"] == os.environ["PATH"]
-    assert env["SKILLS_TEST_PLAIN"] == "kept"
+    assert "SKILLS_TEST_PLAIN" not in env  # not on the allowlist: only a rule's --env grant passes it
     assert "secret-0f1e" not in run.stdout
 
 
 def test_explicit_environment_is_cleaned_too(skill):
     write_file(skill, "env.py", ENV)
     environ = {"PATH": os.environ["PATH"], "ANTHROPIC_API_KEY": "k", "X_TOKEN": "t", "PLAIN": "p"}
-    env = json.loads(run_script(str(skill), "env.py", environ=environ).stdout)
+    env = json.loads(run_script(str(skill), "env.py", environ=environ, granted_env=("PLAIN",)).stdout)
     assert "ANTHROPIC_API_KEY" not in env and "X_TOKEN" not in env
-    assert env["PLAIN"] == "p"
+    assert env["PLAIN"] == "p"  # granted by name
     assert env["PATH"] == os.environ["PATH"]
 
 

@@ -199,20 +199,23 @@ def test_an_allow_rule_with_env_lets_exactly_that_variable_through(place, secret
     session.add_rule("allow", "x:scripts/*", env=["GITHUB_TOKEN"])
     outcome = session.gate().run_script(session.skill("x"), "scripts/env.py", [], "", unattended)
     seen = seen_environment(outcome)
-    assert seen["GITHUB_TOKEN"] == secrets["GITHUB_TOKEN"]
+    assert seen["GITHUB_TOKEN"] == "***"  # it reached the script; what the script printed of it is masked
     assert {n for n in secrets if n in seen} == {"GITHUB_TOKEN"}
     others = [v for n, v in secrets.items() if n != "GITHUB_TOKEN"]
     assert not any(value in outcome.run.stdout for value in others)
 
 
 def test_a_policy_file_entry_with_env_lets_exactly_that_variable_through(place, secrets):
+    from skills_magic.trust import user_policy_path
+
     build_skill(place / "skills", scripts={"scripts/env.py": ENV_DUMP})
-    (place / "skills-policy.yaml").write_text("allow:\n  - rule: x:scripts/env.py\n    env: [GITHUB_TOKEN]\n",
-                                              encoding="utf-8")
+    # the user's own file in their config folder: a project's skills-policy.yaml never grants `env` (test_trust.py)
+    Path(user_policy_path()).write_text("allow:\n  - rule: x:scripts/env.py\n    env: [GITHUB_TOKEN]\n",
+                                        encoding="utf-8")
     session = new_session(place)
     assert session.policy.problems == []
     outcome = session.gate().run_script(session.skill("x"), "scripts/env.py", [], "", unattended)
-    assert outcome.allowed and outcome.decided_by.endswith("[skills-policy.yaml]")
+    assert outcome.allowed and outcome.decided_by.endswith("[your skills-policy.yaml]")
     seen = seen_environment(outcome)
     assert {n for n in secrets if n in seen} == {"GITHUB_TOKEN"}
 
@@ -571,7 +574,7 @@ def test_an_inline_command_answered_once_runs(place):
     session = new_session(place)
     asker = Asker("once")
     assert "Today: made\n" in activation(session, asker)
-    assert list(place.glob(".skills/runs/*/INLINE")), "the command ran, in its scratch folder"
+    assert list(place.glob(".skills/runs/*/output/INLINE")), "the command ran, in its scratch folder"
     assert len(asker.requests) == 1 and asker.requests[0].path == '!touch "$TMPDIR/INLINE" && echo made'
 
 

@@ -70,11 +70,10 @@ def test_skill_files_skips_caches_and_vcs_folders(folder):
     assert [f.path for f in skill_files(str(folder))] == ["SKILL.md", "references/notes.md", "scripts/run.py"]
 
 
-def test_a_symlink_is_recorded_as_what_it_points_to(folder, place):
-    target = write_file(place, "elsewhere/data.txt", "outside bytes\n")
-    (folder / "data.txt").symlink_to(target)
+def test_a_symlink_is_recorded_as_what_it_points_to(folder):
+    (folder / "data.txt").symlink_to("references/notes.md")  # inside the skill; a link leaving it is refused
     entry = {f.path: f for f in skill_files(str(folder))}["data.txt"]
-    assert entry.sha256 == sha("outside bytes\n") and entry.size == len("outside bytes\n")
+    assert entry.sha256 == sha("# Notes\n") and entry.size == len("# Notes\n")
 
 
 # --- where the lock lives ---------------------------------------------------------------------------------------

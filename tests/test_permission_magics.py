@@ -28,7 +28,7 @@ SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-v1", "OPENAI_API_KEY": "sk-o-v2", "GITHU
 
 def ran(place) -> bool:
     """Whether scripts/run.py ran: its MARKER is in a run's scratch folder (sandboxed) or next to the test."""
-    return (place / "MARKER").exists() or bool(list(place.glob(".skills/runs/*/MARKER")))
+    return (place / "MARKER").exists() or bool(list(place.glob(".skills/runs/*/output/MARKER")))
 
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
@@ -131,7 +131,7 @@ def test_allow_with_env_lets_exactly_that_variable_through(ip, magics, monkeypat
     assert "allow x:scripts/* (env: GITHUB_TOKEN)  [%skills allow]" in view.text()
     text = model_run(ip, magics, "scripts/env.py").result.messages[2]["content"][0]["content"]
     seen = json.loads(text)
-    assert seen["GITHUB_TOKEN"] == "ghp_v3"
+    assert seen["GITHUB_TOKEN"] == "***"  # it reached the script; what the script printed of it is masked
     assert {n for n in SECRETS if n in seen} == {"GITHUB_TOKEN"}
     assert "PATH" in seen
 
@@ -174,6 +174,7 @@ def test_a_wildcard_skill_from_skills_policy_yaml_is_refused_and_shown(ip, place
     (place / "skills-policy.yaml").write_text("allow:\n  - '*:scripts/*'\n  - x:scripts/run.py\n", encoding="utf-8")
     make_magics(ip)
     try:
+        skills(ip, "trust")  # even trusted, a project's file names its skills
         view = skills(ip, "policy")
     finally:
         unregister(ip)

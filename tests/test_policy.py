@@ -1,4 +1,4 @@
-"""The permission policy: rules SKILL:PATH (fnmatch), deny before allow before ask, where each rule came from, and
+"""The permission policy: rules SKILL:PATH (`*` and `?` wildcards), deny before allow before ask, where each rule came from, and
 which origins may use a wildcard skill."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from skills_magic.catalog import Source
 from skills_magic.errors import SkillsMagicError
-from skills_magic.policy import POLICY_FILE, Decision, Policy, Rule, RuleError, parse_rule, pre_approval_hint
+from skills_magic.policy import POLICY_FILE, USER_ORIGIN, Decision, Policy, Rule, RuleError, parse_rule, pre_approval_hint
 from skills_magic.session import SkillsSession
 
 # --- parsing ----------------------------------------------------------------------------------------------------
@@ -118,6 +118,7 @@ def test_a_wildcard_skill_in_skills_policy_yaml_is_refused_and_reported(tmp_path
     (tmp_path / POLICY_FILE).write_text(
         "allow:\n  - '*:scripts/*'\n  - '*'\n  - x:scripts/run.py\ndeny:\n  - '*:scripts/danger.sh'\n", encoding="utf-8")
     session = SkillsSession(sources=[], cwd=str(tmp_path))
+    session.trust()  # even trusted, a project's file names its skills
     assert [(r.kind, r.text, r.origin) for r in session.policy.rules] == [("allow", "x:scripts/run.py", POLICY_FILE)]
     problems = session.policy.problems
     assert len(problems) == 3
@@ -130,7 +131,7 @@ def test_a_wildcard_skill_in_skills_policy_yaml_is_refused_and_reported(tmp_path
 
 
 def test_the_policy_file_reads_strings_and_mappings_with_env(tmp_path):
-    path = tmp_path / POLICY_FILE
+    path = tmp_path / POLICY_FILE  # the user's own file: a project's may not grant `env` (tests/test_trust.py)
     path.write_text(
         "allow:\n"
         "  - x:scripts/*\n"
@@ -141,12 +142,12 @@ def test_the_policy_file_reads_strings_and_mappings_with_env(tmp_path):
         encoding="utf-8",
     )
     policy = Policy()
-    policy.load_file(str(path))
+    policy.load_file(str(path), owner="user")
     assert policy.problems == []
     assert [(r.kind, r.text, r.env, r.origin) for r in policy.rules] == [
-        ("deny", "x:scripts/danger.py", (), POLICY_FILE),
-        ("allow", "x:scripts/*", (), POLICY_FILE),
-        ("allow", "y:run.sh", ("GITHUB_TOKEN", "AWS_PROFILE"), POLICY_FILE),
+        ("deny", "x:scripts/danger.py", (), USER_ORIGIN),
+        ("allow", "x:scripts/*", (), USER_ORIGIN),
+        ("allow", "y:run.sh", ("GITHUB_TOKEN", "AWS_PROFILE"), USER_ORIGIN),
     ]
     assert policy.granted_env("y", "run.sh") == ("GITHUB_TOKEN", "AWS_PROFILE")
     assert policy.granted_env("x", "scripts/run.py") == ()
@@ -241,7 +242,7 @@ def test_the_first_matching_rule_of_a_kind_decides_and_is_the_reason():
 
 @pytest.mark.parametrize("pattern, path, matches", [
     ("scripts/*", "scripts/run.py", True),
-    ("scripts/*", "scripts/sub/run.py", True),  # fnmatch: `*` also crosses `/`
+    ("scripts/*", "scripts/sub/run.py", True),  # `*` also crosses `/`
     ("scripts/*", "scripts", False),
     ("scripts/*", "other/scripts/run.py", False),
     ("scripts/*.py", "scripts/run.py", True),
@@ -250,9 +251,9 @@ def test_the_first_matching_rule_of_a_kind_decides_and_is_the_reason():
     ("scripts/run.py", "scripts/run.pyc", False),
     ("scripts/r?n.py", "scripts/run.py", True),
     ("scripts/r?n.py", "scripts/rn.py", False),
-    ("scripts/[ab].sh", "scripts/a.sh", True),
+    ("scripts/[ab].sh", "scripts/[ab].sh", True),  # `[` is a literal, never a set
+    ("scripts/[ab].sh", "scripts/a.sh", False),
     ("scripts/[ab].sh", "scripts/c.sh", False),
-    ("scripts/[!ab].sh", "scripts/c.sh", True),
     ("Scripts/*", "scripts/run.py", False),  # case-sensitive on every platform
     ("*", "scripts/run.py", True),
     ("*", "!date +%Y", True),
@@ -260,7 +261,7 @@ def test_the_first_matching_rule_of_a_kind_decides_and_is_the_reason():
     ("!date*", "!rm -rf /", False),
     ("!date*", "scripts/date.py", False),
 ])
-def test_patterns_have_fnmatch_semantics(pattern, path, matches):
+def test_patterns_treat_only_star_and_question_mark_as_wildcards(pattern, path, matches):
     rule = parse_rule("allow", f"x:{pattern}", "%skills allow")
     assert rule.matches("x", path) is matches
     assert (rules(("allow", f"x:{pattern}")).decide("x", path).verdict == "allow") is matches
@@ -305,6 +306,7 @@ def test_allowing_again_with_env_grants_the_variable(tmp_path):
 def test_a_rule_from_a_cloned_repository_sits_beside_the_users(tmp_path: Path):
     (tmp_path / POLICY_FILE).write_text("allow:\n  - x:scripts/*\n", encoding="utf-8")
     session = SkillsSession(sources=[Source("session", str(tmp_path / "skills"), True)], cwd=str(tmp_path))
+    session.trust()
     session.add_rule("deny", "x:scripts/run.py")
     assert session.policy.decide("x", "scripts/run.py").rule.origin == "%skills deny"
     assert session.policy.decide("x", "scripts/other.py").rule.origin == POLICY_FILE
@@ -320,6 +322,7 @@ def test_the_project_policy_file_is_read_again_when_it_changes(tmp_path):
     policy = Policy()
     policy.extend("allow", ["y:run.py"], "%skills allow")
     policy.load_file(str(path))
+    policy.trust_file(str(path))
     assert policy.decide("x", "scripts/a.py").verdict == "allow"
     path.write_text("deny:\n  - x:scripts/*\nallow:\n  - '*:everything'\n", encoding="utf-8")
     os.utime(path, ns=(1, 1))  # a different mtime even on a coarse clock

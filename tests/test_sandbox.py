@@ -103,15 +103,39 @@ except OSError as error:
 """
 
 
-@pytest.mark.parametrize("where", ["project", "home", "skill"])
-def test_writes_outside_the_scratch_folder_are_refused_unless_granted(place, where):
+def test_the_skills_own_folder_stays_read_only_even_under_a_write_grant(place):
+    """A script runs from a private copy of its skill's files, mounted at the skill's folder: a grant for that folder
+    does not let a script rewrite the skill (its next run would run other bytes)."""
     session = skill_with(place, "write.py", WRITE)
-    target = {"project": place / "result.txt", "home": place / "home" / "result.txt",
-              "skill": place / "skills" / "x" / "result.txt"}[where]
+    target = place / "skills" / "x" / "result.txt"
+    session.add_rule("allow", "x:scripts/write.py", writable=[str(target.parent)])
+    assert run(session, "write.py", str(target)).run.stdout.startswith("refused:") and not target.exists()
+
+
+def test_writes_outside_the_working_folder_are_refused_unless_granted(place):
+    session = skill_with(place, "write.py", WRITE)
+    outside = place.parent / f"{place.name}-outside"  # beside the session's folder, not in it
+    outside.mkdir()
+    target = outside / "result.txt"
     session.add_rule("allow", "x:scripts/*")
     assert run(session, "write.py", str(target)).run.stdout.startswith("refused:") and not target.exists()
-    session.add_rule("allow", "x:scripts/write.py", writable=[str(target.parent)])
+    session.add_rule("allow", "x:scripts/write.py", writable=[str(outside)])
     assert run(session, "write.py", str(target)).run.stdout.strip() == "wrote" and target.exists()
+
+
+def test_writes_in_the_working_folder_land_in_the_run_not_in_the_project(place):
+    from skills_magic.sandbox import overlay_availability
+
+    if not overlay_availability()[0]:
+        pytest.skip(overlay_availability()[1])
+    session = skill_with(place, "write.py", WRITE)
+    target = place / "result.txt"
+    session.add_rule("allow", "x:scripts/*")
+    result = run(session, "write.py", str(target)).run
+    assert result.stdout.strip() == "wrote" and not target.exists()
+    assert (Path(result.run_folder) / "changes" / "result.txt").read_text() == "x"
+    session.add_rule("allow", "x:scripts/write.py", writable=[str(place)])  # a grant writes the project for real
+    assert run(session, "write.py", str(target)).run.stdout.strip() == "wrote" and target.read_text() == "x"
 
 
 def test_the_users_secrets_are_not_visible(place):
@@ -155,7 +179,8 @@ def test_filling_the_scratch_folder_past_its_cap_is_stopped_with_a_clear_error(p
     gate = session.gate()
     gate.scratch_cap = 1024 * 1024
     outcome = gate.run_script(session.skill("x"), "scripts/fill.py", [], "", unattended)
-    assert outcome.run.stopped and "cap of 1,048,576 bytes" in outcome.run.stopped
+    assert outcome.run.stopped == ("stopped: write limit 1 MiB reached (everything the run writes together); "
+                                   "allow more with --max-writes 4M")
 
 
 def test_outputs_in_the_scratch_folder_are_listed_and_kept(place):
@@ -186,7 +211,9 @@ def test_a_policy_file_cannot_allow_unsandboxed_runs(place):
     (place / "skills-policy.yaml").write_text("allow:\n  - {rule: 'x:scripts/*', unsandboxed: true}\n")
     policy = Policy()
     policy.load_file(str(place / "skills-policy.yaml"))
-    assert policy.rules == [] and any("unsandboxed" in p for p in policy.problems)
+    policy.trust_file(str(place / "skills-policy.yaml"))  # even trusted: the rule stays, `unsandboxed` is dropped
+    assert [r.unsandboxed for r in policy.rules] == [False] and any("unsandboxed" in p for p in policy.problems)
+    assert not policy.grants("x", "scripts/run.py").unsandboxed
 
 
 def test_policy_shows_the_sandbox_mode_and_the_grants(place, ip):

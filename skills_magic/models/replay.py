@@ -1,8 +1,9 @@
 """Cassettes: record each request/response pair of a real run, replay them strictly.
 
 A cassette is a JSON file: {"version": 1, "model": ..., "exchanges": [{"request": ..., "response": ...}]}. Nothing
-secret is written: requests are bodies (the key travels in a header and is never seen here), and any value of an
-environment variable whose name looks secret is replaced by `[redacted:NAME]`. Values that change on every run
+secret is written: requests are bodies (the key travels in a header and is never seen here), every string is masked
+by `skills_magic.redact` (a secret environment variable's value becomes `[redacted:NAME]`; a URL's password, a
+webhook URL or a token such as `sk-ant-...` in a tool result becomes `***`). Values that change on every run
 (the session id a skill body may contain) are written as placeholders. Replay compares each request with the
 recorded one and fails with a readable diff when they differ, never silently serving a mismatched answer.
 """
@@ -12,14 +13,12 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
 from typing import Any
 
 from skills_magic.models.base import ModelClient, ModelError, Request, Response, TextCallback
 
 CASSETTE_VERSION = 1
-SECRET_VARIABLE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
-MIN_SECRET_LENGTH = 8  # shorter values ("1", "true") are not secrets and would redact ordinary text
+SECRET_LABEL = "[redacted:{name}]"  # a masked environment value says which variable it was, so a reader can set it
 MAX_DIFF_LINES = 60  # enough to see what changed without flooding a cell
 
 
@@ -28,12 +27,6 @@ class ReplayMismatch(ModelError):
 
     def __init__(self, message: str):
         super().__init__(message, kind="replay")
-
-
-def secrets_of(environ=None) -> dict[str, str]:
-    environ = os.environ if environ is None else environ
-    return {value: f"[redacted:{name}]" for name, value in environ.items()
-            if SECRET_VARIABLE.search(name) and len(value) >= MIN_SECRET_LENGTH}
 
 
 def _replace_strings(value: Any, replacements: dict[str, str]) -> Any:
@@ -56,7 +49,10 @@ class _Placeholders:
         self.placeholders: dict[str, str] = {}
 
     def _normalize(self, value: Any) -> Any:
-        return _replace_strings(value, {**secrets_of(), **self.placeholders})
+        """Masked (the same way when recording and when comparing a replayed request), then placeholders."""
+        from skills_magic.redact import redactor
+
+        return _replace_strings(redactor(label=SECRET_LABEL).mask_data(value), self.placeholders)
 
 
 class RecordingModel(_Placeholders):
