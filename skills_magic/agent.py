@@ -96,6 +96,8 @@ class RunResult:
     system: str = ""
     ledger_entries: list[Any] = field(default_factory=list)  # entries the model wrote through the experiment tool
     outputs: list[dict[str, Any]] = field(default_factory=list)  # files scripts left in their scratch folders
+    changes: list[Any] = field(default_factory=list)  # changes.Change: what scripts wrote in the working folder, not applied
+    run_id: str | None = None  # the last script run's folder name under .skills/runs/ (run-ab12cd34)
 
     @property
     def ok(self) -> bool:

@@ -14,6 +14,7 @@ import builtins
 import difflib
 import json
 import os
+import re
 import stat
 import tempfile
 import time
@@ -26,6 +27,7 @@ from skills_magic.errors import ChangeError, UnknownChange
 
 CHANGES_FOLDER = "changes"  # in the run's folder: the overlay's upper layer, each file at its path in the working folder
 DELETED_FILE = "deleted"  # in the run's folder: NUL-separated paths the run deleted in the working folder
+OPAQUE_ATTRIBUTE = "user.overlay.opaque"  # overlayfs (userxattr) marks a folder that replaced the lower one
 RUN_FILE = "run.json"  # in the run's folder, written by the gate at the start: {"started_ns": ..., ...}
 APPLIED_FILE = "applied.json"  # in the run's folder: what `apply_changes` copied into the project, and when
 OWN_FOLDER = ".skills"  # our own folder (runs, database): never listed, never applied
@@ -36,6 +38,7 @@ DIFF_MAX_LINES = 400  # a longer diff is cut (and says so): the file itself is o
 COMPARE_BLOCK_BYTES = 1024 * 1024  # files are compared in blocks of this size (a 1 GB output is never read whole)
 TEMP_PREFIX = ".skills-apply-"  # the temporary file an atomic write renames into place
 DEFAULT_UMASK = 0o022  # when the process's umask cannot be read
+RUN_NAME = re.compile(r"run-[A-Za-z0-9_]{1,64}")  # the names the gate gives run folders (mkdtemp(prefix="run-"))
 
 REFUSED_CONTROL = "a control file of the project (skills-policy.yaml, skills.lock, .skills/): a run never writes it"
 REFUSED_GIT = "inside .git/ (git runs its hooks and reads its config from there): let git itself make such changes"
@@ -84,7 +87,7 @@ class Change:
     def summary(self) -> str:
         """`changed existing.txt (12 bytes)`: kind, path, size, and what else is special about it."""
         extra = f" -> {self.link}" if self.link is not None else (", executable" if self.executable else "")
-        return f"{self.kind} {self.path} ({self.bytes:,} bytes{extra})"
+        return f"{self.kind} {self.path} ({self.bytes:,} byte{'' if self.bytes == 1 else 's'}{extra})"
 
     def to_dict(self) -> dict[str, Any]:
         """The facts that are the same on every clone (no absolute path, no run id): for output data."""
@@ -128,6 +131,15 @@ def run_started_ns(run_folder: str) -> int:
     return os.stat(run_folder).st_mtime_ns
 
 
+def recent_runs(runs_root: str) -> list[str]:
+    """The run folders' names under `runs_root`, newest first."""
+    try:
+        names = [n for n in os.listdir(runs_root) if RUN_NAME.fullmatch(n) and os.path.isdir(os.path.join(runs_root, n))]
+    except OSError:
+        return []
+    return sorted(names, key=lambda n: (-os.stat(os.path.join(runs_root, n)).st_mtime_ns, n))
+
+
 def run_facts(run_folder: str) -> dict[str, Any]:
     """run.json as a dict ({} when it is missing or unreadable)."""
     try:
@@ -147,13 +159,43 @@ def _applied_records(run_folder: str) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in records.items() if isinstance(k, str) and isinstance(v, dict)} if isinstance(records, dict) else {}
 
 
-def _deleted_entries(run_folder: str) -> list[str]:
+def _deleted_entries(run_folder: str, work: str | None = None) -> list[str]:
+    """The paths the run deleted: its `deleted` list, and (with `work`) what an opaque folder hides: a folder the
+    run removed and made again replaces the old one, so the old entries it no longer holds are deleted too."""
     try:
         with open(os.path.join(run_folder, DELETED_FILE), "rb") as handle:
             raw = handle.read()
     except OSError:
-        return []
-    return [os.fsdecode(p) for p in raw.split(b"\0") if p]
+        raw = b""
+    found = [os.fsdecode(p) for p in raw.split(b"\0") if p]
+    if work is not None:
+        found += [p for p in _opaque_hidden(os.path.join(run_folder, CHANGES_FOLDER), work) if p not in found]
+    return found
+
+
+def _opaque_hidden(changes: str, work: str) -> list[str]:
+    """Entries of the working folder hidden by an opaque folder of the overlay's upper layer (marked by the
+    `user.overlay.opaque` attribute the layer's copy keeps)."""
+    hidden: list[str] = []
+    for root, dirs, _files in os.walk(changes):
+        for name in list(dirs):
+            folder = os.path.join(root, name)
+            try:
+                opaque = os.getxattr(folder, OPAQUE_ATTRIBUTE, follow_symlinks=False) == b"y"
+            except OSError:
+                opaque = False
+            if not opaque:
+                continue
+            relative = os.path.relpath(folder, changes).replace(os.sep, "/")
+            old = os.path.join(work, relative)
+            if not os.path.isdir(old) or os.path.islink(old) or not _parent_inside(old, work):
+                continue
+            try:
+                kept = set(os.listdir(folder))
+                hidden += [f"{relative}/{entry}" for entry in sorted(os.listdir(old)) if entry not in kept]
+            except OSError:
+                continue
+    return hidden
 
 
 def _clean_relative(path: str) -> str | None:
@@ -164,6 +206,11 @@ def _clean_relative(path: str) -> str | None:
     if not parts or ".." in parts:
         return None
     return "/".join(parts)
+
+
+def _parent_inside(path: str, work: str) -> bool:
+    """Whether the folder holding `path` is really inside `work` (no symbolic link on the way leads out)."""
+    return _under(os.path.realpath(os.path.dirname(path)), work)
 
 
 def _ours(relative: str) -> bool:
@@ -248,6 +295,9 @@ def _classify(relative: str, upper: str, work: str, run_id: str) -> Change | Non
         new_stat = os.lstat(new)
     except OSError:
         return None
+    if not _parent_inside(on_disk, work):  # nothing outside the working folder is read; applying it is refused
+        link = os.readlink(new) if stat.S_ISLNK(new_stat.st_mode) else None
+        return Change(relative, "added", new_stat.st_size, new, None, link=link, run_id=run_id)
     try:
         disk_stat = os.lstat(on_disk)
     except OSError:
@@ -277,6 +327,8 @@ def _classify(relative: str, upper: str, work: str, run_id: str) -> Change | Non
 def _deleted(entry: str, work: str, run_id: str) -> list[Change]:
     """The files a deleted entry removes from the working folder as it is now (a folder: each file under it)."""
     on_disk = os.path.join(work, *entry.split("/"))
+    if not _parent_inside(on_disk, work):  # nothing outside the working folder is read; applying it is refused
+        return [Change(entry, "deleted", 0, None, run_id=run_id)]
     try:
         mode = os.lstat(on_disk).st_mode
     except OSError:
@@ -313,7 +365,7 @@ def run_changes(run_folder: str, working_folder: str | None) -> list[Change]:
             change = _classify(relative, upper, work, run_id)
             if change is not None:
                 found[relative] = change
-    for raw in _deleted_entries(run_folder):
+    for raw in _deleted_entries(run_folder, work):
         entry = _clean_relative(raw)
         if entry is None:  # a path that climbs out: listed as it is written, and refused when applied
             found.setdefault(raw, Change(raw, "deleted", 0, None, run_id=run_id))
@@ -361,7 +413,7 @@ class _Guard:
         lexical = os.path.join(self.work, *relative.split("/"))
         parent = os.path.realpath(os.path.dirname(lexical))
         if not _under(parent, self.work):
-            return None, f"{REFUSED_OUTSIDE} (a folder on its way is a symbolic link to {parent})"
+            return None, f"{REFUSED_OUTSIDE} (a folder on its way is a symbolic link leading out)"
         real = os.path.join(parent, os.path.basename(lexical))
         if real == self.work:
             return None, REFUSED_OUTSIDE
@@ -449,7 +501,7 @@ def _remove_quietly(path: str) -> None:
         pass
 
 
-def _select(changes: list[Change], paths: Sequence[str] | None, work: str, run_id: str) -> list[Change]:
+def select(changes: list[Change], paths: Sequence[str] | None, work: str, run_id: str) -> list[Change]:
     """The changes `paths` name (a path, or a folder: every change under it); every change when `paths` is None."""
     if paths is None:
         return changes
@@ -514,7 +566,7 @@ def apply_changes(run_folder: str, working_folder: str, paths: Sequence[str] | N
     guard = _Guard(work, protected)
     report = ApplyReport(runs=[run_id])
     accepted: list[tuple[Change, str]] = []
-    for change in _select(run_changes(run_folder, work), paths, work, run_id):
+    for change in select(run_changes(run_folder, work), paths, work, run_id):
         if change.applied:
             report.refused.append((change, REFUSED_AGAIN))
             continue

@@ -11,6 +11,8 @@
                                           (--output-dir DIR: save executed copies; --inplace: refresh them)
   skills-magic trust [FILE] [--revoke]    show every rule of a project's skills-policy.yaml (default: here) and
                                           trust these exact bytes, or forget them (exit 2: no such file)
+  skills-magic apply RUN [PATH...]        copy what a sandboxed run wrote in this folder (copy-on-write until
+                                          now) into it (exit 0 all applied, 1 something refused, 2 no such run)
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     trust = sub.add_parser("trust", help="trust the exact bytes of a project's skills-policy.yaml (its allow rules apply)")
     trust.add_argument("file", nargs="?", help="the policy file (default: skills-policy.yaml here)")
     trust.add_argument("--revoke", action="store_true", help="forget it: its allow rules are inert again")
+    apply = sub.add_parser("apply", help="apply what a sandboxed run wrote in this folder (its run id: run-ab12cd34)")
+    apply.add_argument("run", help="the run's id, the name of its folder in .skills/runs/")
+    apply.add_argument("files", nargs="*", help="only these changed files (or folders), relative to this folder")
     return parser
 
 
@@ -320,8 +325,22 @@ def _trust(args) -> int:
     return EXIT_OK
 
 
+def _apply(args) -> int:
+    from skills_magic.display import ApplyView
+    from skills_magic.errors import SkillsMagicError
+    from skills_magic.session import SkillsSession
+
+    try:
+        report = SkillsSession(sources=[], cwd=os.getcwd()).apply(args.run, args.files)
+    except SkillsMagicError as error:
+        print(f"skills-magic: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(ApplyView(report).text())
+    return EXIT_OK if report.ok else EXIT_INVALID
+
+
 COMMANDS = {"lint": _lint, "validate": _validate, "to-prompt": _to_prompt, "list": _list, "ledger": _ledger,
-            "run-notebook": _run_notebook, "trust": _trust}
+            "run-notebook": _run_notebook, "trust": _trust, "apply": _apply}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -347,6 +347,8 @@ class RunView(View):
         if self.result.outputs:
             parts.append("files the scripts wrote (in their scratch folders):\n"
                          + "\n".join(f"  {o['script']}: {o['path']} ({o['bytes']:,} bytes)" for o in self.result.outputs))
+        if self.result.changes:
+            parts.append(changes_text(self.result.changes, f"{CHANGES_TITLE}:"))
         if self.result.ledger_entries:
             parts.append("ledger entries written by the model:\n" + "\n".join(f"  {e.plan} {e.summary()}" for e in self.result.ledger_entries))
         parts.append(self._status())
@@ -363,6 +365,7 @@ class RunView(View):
         return (
             f"<div class='skills-magic-run'>{answer}"
             + (f"<details><summary>tool calls ({len(self.result.tool_calls)})</summary><ul>{calls}</ul></details>" if calls else "")
+            + (changes_html(self.result.changes, CHANGES_TITLE) if self.result.changes else "")
             + (f"<details open><summary>ledger entries ({len(self.result.ledger_entries)})</summary>"
                + _table_html(LEDGER_COLUMNS, [_ledger_row(e) for e in self.result.ledger_entries]) + "</details>"
                if self.result.ledger_entries else "")
@@ -389,13 +392,99 @@ class RunView(View):
             "trace": [e.to_dict() for e in r.trace],
             "ledger_entries": [e.to_dict() for e in r.ledger_entries],
             "outputs": [{k: o[k] for k in ("script", "path", "bytes")} for o in r.outputs],
+            # only where a run changed something, so the outputs of runs that change nothing stay as they were
+            **({"changes": [c.to_dict() for c in r.changes]} if r.changes else {}),
         }
 
     def metadata(self) -> dict[str, Any]:
         meta: dict[str, Any] = {} if self.seconds is None else {"seconds": round(self.seconds, 6)}
         if self.result.outputs:  # where the files are on this machine: volatile, so not in the data
             meta["output_files"] = [o["file"] for o in self.result.outputs]
+        if self.result.changes:  # run ids differ on every run: the command to apply them is metadata
+            meta.update(changes_metadata(self.result.changes))
         return meta
+
+
+CHANGES_TITLE = "changes in the working folder (not applied: %skills apply last)"
+CHANGE_COLUMNS = ("kind", "path", "bytes")
+
+
+def _change_detail(c) -> str:
+    if c.link is not None:
+        return f" -> {c.link}"
+    return ", executable" if c.executable else ""
+
+
+def _change_row(c) -> tuple[str, str, str]:
+    return c.kind, c.path + _change_detail(c), f"{c.bytes:,}"
+
+
+def changes_text(changes, title: str) -> str:
+    """A run's changes as text: one line each (kind, path, size), each text file's diff indented under it."""
+    lines = [title]
+    for c in changes:
+        lines.append(f"  {c.kind:<8} {c.path} ({c.bytes:,} byte{'' if c.bytes == 1 else 's'}{_change_detail(c)})")
+        if c.diff:
+            lines += [f"      {line}" for line in c.diff.rstrip("\n").split("\n")]
+    return "\n".join(lines)
+
+
+def changes_html(changes, title: str) -> str:
+    """A run's changes as HTML: a table, then each diff in a <pre> (escaped: a script's text is never markup)."""
+    diffs = "".join(f"<p><code>{_e(c.path)}</code></p><pre>{_e(c.diff)}</pre>" for c in changes if c.diff)
+    return (f"<details open><summary>{_e(title)} ({len(changes)})</summary>"
+            + _table_html(CHANGE_COLUMNS, [_change_row(c) for c in changes]) + diffs + "</details>")
+
+
+def changes_metadata(changes) -> dict[str, Any]:
+    """Where a run's changes are on this machine and the exact commands that apply them: volatile, so metadata."""
+    runs = list(dict.fromkeys(c.run_id for c in changes if c.run_id))
+    return {"runs": runs, "apply": [f"%skills apply {r}" for r in runs],
+            "change_files": {c.path: c.file for c in changes if c.file}}
+
+
+class ApplyView(View):
+    """`%skills apply RUN [PATH...]`: each change applied, and each refused with why."""
+
+    kind = "apply"
+
+    def __init__(self, report):
+        self.report = report
+
+    def _refused(self):
+        for item, reason in self.report.refused:
+            yield (item.kind, item.path, item.bytes, item) if hasattr(item, "path") else ("-", str(item), None, None), reason
+
+    def _headline(self) -> str:
+        applied, refused = len(self.report.applied), len(self.report.refused)
+        if not applied and not refused:
+            return "nothing to apply: the run changed no files in the working folder"
+        return f"applied {_n(applied, 'change')} to the working folder" + (f"; refused {refused}" if refused else "")
+
+    def text(self) -> str:
+        lines = [self._headline()]
+        lines += [f"  applied  {c.kind:<8} {c.path} ({c.bytes:,} byte{'' if c.bytes == 1 else 's'}{_change_detail(c)})"
+                  for c in self.report.applied]
+        lines += [f"  refused  {kind:<8} {path}: {reason}" for (kind, path, _size, _c), reason in self._refused()]
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        rows = [("applied", c.kind, c.path + _change_detail(c), f"{c.bytes:,}", "") for c in self.report.applied]
+        rows += [("refused", kind, path, "" if size is None else f"{size:,}", reason)
+                 for (kind, path, size, _c), reason in self._refused()]
+        diffs = "".join(f"<p><code>{_e(c.path)}</code></p><pre>{_e(c.diff)}</pre>" for c in self.report.applied if c.diff)
+        table = _table_html(("outcome", "kind", "path", "bytes", "why refused"), rows) if rows else ""
+        return f"<div class='skills-magic-apply'><p><b>{_e(self._headline())}</b></p>{table}{diffs}</div>"
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "applied": [c.to_dict() for c in self.report.applied],
+            "refused": [{**(c.to_dict() if c is not None else {"path": path}), "reason": reason}
+                        for (_kind, path, _size, c), reason in self._refused()],
+        }
+
+    def metadata(self) -> dict[str, Any]:
+        return {"runs": list(self.report.runs)}
 
 
 class ModelView(View):
@@ -412,10 +501,11 @@ class ModelView(View):
 
 
 def _sandbox_state() -> dict[str, Any]:
-    from skills_magic.sandbox import availability
+    from skills_magic.sandbox import availability, overlay_availability
 
     ok, why = availability()
-    return {"available": ok, "detail": why}
+    copy_on_write, how = overlay_availability()
+    return {"available": ok, "detail": why, "working_folder": {"copy_on_write": copy_on_write, "detail": how}}
 
 
 class PolicyView(View):
@@ -445,7 +535,9 @@ class PolicyView(View):
         from skills_magic.sandbox import availability
 
         ok, why = availability()
-        lines.append(f"sandbox: {why}" if ok else f"sandbox: NONE: {why}; scripts are refused unless a rule allows --unsandboxed")
+        working = f"; working folder: {_sandbox_state()['working_folder']['detail']}" if ok else ""
+        lines.append(f"sandbox: {why}{working}" if ok else
+                     f"sandbox: NONE: {why}; scripts are refused unless a rule allows --unsandboxed")
         return "\n".join(lines)
 
     def data(self) -> dict[str, Any]:
@@ -462,7 +554,7 @@ class PolicyView(View):
 
 def _rule_data(rule, show_path: PathShow) -> dict[str, Any]:
     return {"kind": rule.kind, "rule": rule.text, "origin": rule.origin, "env": list(rule.env), "network": rule.network,
-            "write": [show_path(p) for p in rule.writable], "unsandboxed": rule.unsandboxed}
+            "hosts": list(rule.hosts), "write": [show_path(p) for p in rule.writable], "unsandboxed": rule.unsandboxed}
 
 
 def _policy_file_data(file, show_path: PathShow) -> dict[str, Any]:

@@ -63,6 +63,7 @@ class ScriptRun:
     outputs: tuple[tuple[str, int], ...] = ()  # files left in the scratch folder: (relative path, size)
     run_folder: str | None = None  # the run's folder under .skills/runs/ (output/, changes/, deleted), sandboxed only
     working_folder: str | None = None  # the folder the run saw copy-on-write, when it did
+    refused_hosts: tuple[str, ...] = ()  # hosts the network proxy refused (not granted to this run)
     hint: str | None = None  # when it failed: one line naming the likely cause and the grant or command that fixes it
     stopped: str | None = None  # the limit that ended the run and the grant that raises it, if one did
 
@@ -224,7 +225,7 @@ def run_command(command: list[str], folder: str, label: str, arguments: tuple[st
     stdout, cut_out = out.text()
     stderr, cut_err = err.text()
     exit_code = None if timed_out else process.returncode
-    scratch, files, run_folder, working_folder = None, (), None, None
+    scratch, files, run_folder, working_folder, refused_hosts = None, (), None, None, ()
     if box is not None:
         from skills_magic.sandbox import explain_stop, outputs
 
@@ -233,6 +234,7 @@ def run_command(command: list[str], folder: str, label: str, arguments: tuple[st
             if reason:
                 stopped.append(reason)
         scratch, files = box.scratch, tuple(outputs(box.scratch))
+        refused_hosts = box.refused_hosts
         box.close()
         run_folder, working_folder = box.run, box.working
     return ScriptRun(
@@ -252,6 +254,7 @@ def run_command(command: list[str], folder: str, label: str, arguments: tuple[st
         stopped=stopped[0] if stopped else None,
         run_folder=run_folder,
         working_folder=working_folder,
+        refused_hosts=refused_hosts,
     )
 
 

@@ -133,8 +133,9 @@ class Gate:
             with open(os.path.join(run, "run.json"), "w", encoding="utf-8") as handle:  # what apply checks against
                 json.dump({"started_ns": time.time_ns(), "working_folder": folder, "skill": skill, "subject": subject},
                           handle)
+            refusal = lambda host, port=None: hints.refused_host_line(skill, subject, grants.hosts, host, port)  # noqa: E731
             return sandbox.prepare(folder, run, grants, protected=self.protected, skill_copy=skill_copy,
-                                   working=folder == self.working_folder), None
+                                   working=folder == self.working_folder, refusal=refusal), None
         if grants.unsandboxed:
             return None, None
         hint = pre_approval_hint(skill, subject).replace("%skills allow ", "")
@@ -148,11 +149,12 @@ class Gate:
 
     def _explained(self, run: ScriptRun, skill: str, subject: str) -> ScriptRun:
         """The run with a hint line when it failed for a reason the user can fix (a grant, a missing program)."""
-        if run.exit_code == 0 and not run.timed_out:
+        if run.exit_code == 0 and not run.timed_out and not run.refused_hosts:
             return run
         grants = self.policy.grants(skill, subject)
         hint = hints.failure_hint(run.stderr, run.exit_code, run.timed_out, skill=skill, subject=subject,
-                                  network=grants.network, working_folder=self.working_folder,
+                                  network=grants.network, hosts=grants.hosts, refused_hosts=run.refused_hosts,
+                                  working_folder=self.working_folder,
                                   working_copy_on_write=run.working_folder is not None, writable=grants.writable)
         if run.stopped and hint and not hint.startswith("hint: the sandbox refused"):
             hint = None  # the limit's own line already says what to do

@@ -52,6 +52,15 @@ def allow_command(skill: str, subject: str, grant: str) -> str:
     return f"{pre_approval_hint(skill, subject)} {grant}"
 
 
+def refused_host_line(skill: str, subject: str, hosts: Sequence[str], host: str, port: int | None = None) -> str:
+    """What the network proxy answers for a host this run was not granted: the host and the exact command."""
+    from skills_magic.netproxy import grant_for
+
+    wanted = grant_for(host, port)
+    return (f"skills_magic: host {wanted} is not granted to this run; allow it with "
+            f"{allow_command(skill, subject, '--network ' + ','.join([*hosts, wanted]))}")
+
+
 def failure_hint(stderr: str, exit_code: int | None, timed_out: bool, *, skill: str, subject: str, network: bool,
                  hosts: Sequence[str] = (), refused_hosts: Sequence[str] = (), working_folder: str | None = None,
                  working_copy_on_write: bool = False, writable: Sequence[str] = ()) -> str | None:
@@ -60,7 +69,7 @@ def failure_hint(stderr: str, exit_code: int | None, timed_out: bool, *, skill: 
     if refused_hosts:
         names = ",".join(refused_hosts)
         return (f"hint: the sandbox refused {names} (not granted to this run); to allow it: "
-                f"{allow_command(skill, subject, '--network ' + ','.join([*hosts, *refused_hosts]))}")
+                f"{allow_command(skill, subject, '--network ' + ','.join(dict.fromkeys([*hosts, *refused_hosts])))}")
     match = _READ_ONLY.search(tail)
     if match:
         path = match.group(1) or match.group(2)
@@ -103,7 +112,7 @@ def _read_only_hint(path: str | None, skill: str, subject: str, working_folder: 
         if inside and not copy_on_write:
             from skills_magic.sandbox import overlay_availability
 
-            return (f"hint: the working folder is read-only in this run ({overlay_availability()[1]}); to let it "
+            return (f"hint: the working folder is {overlay_availability()[1]}; to let it "
                     f"write there for real: {allow_command(skill, subject, '--write ' + os.path.dirname(absolute))}")
         if not inside:
             folder = os.path.dirname(absolute) or absolute

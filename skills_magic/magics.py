@@ -21,7 +21,7 @@ from skills_magic.skill import CODES
 
 SHORT_USAGE = "usage: %skills list|show|validate|add|sources|diagnostics|model|trace ... (`%skills?` for details)"
 RUN_USAGE = ("usage: %%skill run [NAME [ARGS...]] [--model M] [--max-turns N] [--record FILE | --replay FILE] [--background] "
-             "[--no-model --script PATH]; the cell body is the task (`%%skill?` for details)")
+             "[--no-model --script PATH [ARG...]]; the cell body is the task (`%%skill?` for details)")
 STREAM_UPDATE_SECONDS = 0.1  # redraw a streaming answer at most this often: smooth to read, cheap for the kernel
 SOURCE_LABELS = ("session", "path", "project", "user", "bundled")
 
@@ -86,7 +86,8 @@ def _build_parser() -> argparse.ArgumentParser:
         rule.add_argument("--save", action="store_true", help="also keep it in your config folder's skills-policy.yaml")
         if kind == "allow":
             rule.add_argument("--env", action="append", default=[], help="a secret-looking variable the script may see")
-            rule.add_argument("--network", action="store_true", help="the sandbox keeps the network on for these runs")
+            rule.add_argument("--network", nargs="?", const=True, default=False, metavar="HOSTS",
+                              help="HOSTS (pypi.org,*.crossref.org): only those, through the proxy; alone: everything")
             rule.add_argument("--write", action="append", default=[], help="a path the script may write besides its scratch")
             rule.add_argument("--unsandboxed", action="store_true", help="run even where no sandbox can be made")
             rule.add_argument("--memory", help="memory a process may use (default 2G), e.g. 4G")
@@ -103,6 +104,9 @@ def _build_parser() -> argparse.ArgumentParser:
     review.add_argument("--yes", action="store_true", help="accept the bytes shown without a prompt")
     audit = sub.add_parser("audit", add_help=False)
     audit.add_argument("--all", action="store_true", help="every session's records, not only this one's")
+    apply = sub.add_parser("apply", add_help=False)
+    apply.add_argument("run", help="a run id (run-ab12cd34) or `last`: the scripts of this session's last run")
+    apply.add_argument("paths", nargs="*", help="only these changed files (or folders), relative to the working folder")
     return parser
 
 
@@ -198,6 +202,20 @@ def _build_verify_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def split_script_words(words: list[str]) -> tuple[list[str], list[str] | None]:
+    """`%%skill run`'s words, split where the script's own begin: every word after `--script PATH` is the script's
+    (options like `--port 8765` too), and one `--` right after PATH is dropped; None when there is no `--script`
+    (before a `--`, which ends our options)."""
+    for index, word in enumerate(words):
+        if word == "--":
+            break
+        end = index + 2 if word == "--script" else index + 1 if word.startswith("--script=") else None
+        if end is not None and end <= len(words):
+            rest = words[end:]
+            return words[:end], rest[1:] if rest[:1] == ["--"] else rest
+    return words, None
+
+
 def _build_run_parser() -> argparse.ArgumentParser:
     parser = _RunParser(prog="skill run", add_help=False)
     parser.add_argument("words", nargs="*", help="the skill's name, then its arguments")
@@ -260,6 +278,8 @@ class SkillsMagics(Magics):
                                                               trust these exact bytes (any change: inert again)
         %skills review NAME [--yes]                           files, digests and changes; accept them into skills.lock
         %skills audit [--all]                                 every permission decision and script run
+        %skills apply RUN|last [PATH...]                      copy what a run's scripts wrote in the working folder
+                                                              (copy-on-write until now) into the project
         %skills eval FILE [--runs 3] [--strategy plain|forced] [--compare plain|forced|FOLDER] [--behaviour]
                      [--batch [--resume BATCH_ID]] [--model M] [--chart FILE.svg]   activation evals of a prompt set
         %skills lint [NAME]                                   description lint of one skill or every skill
@@ -411,6 +431,9 @@ class SkillsMagics(Magics):
     def _audit(self, args):
         return display.AuditView(self.session.audit(everything=args.all))
 
+    def _apply(self, args):
+        return display.ApplyView(self.session.apply(args.run, args.paths))
+
     def _trace(self, args):
         if self.session.last_run is None:
             raise UsageError("no run yet: `%%skill run` first")
@@ -491,7 +514,8 @@ class SkillsMagics(Magics):
         %%skill run ... --background
             run the loop in a worker thread; permission prompts appear as Allow/Deny buttons (no answer: deny)
         %%skill run NAME --no-model --script PATH [ARGS...]
-            run one script of the skill with the cell body as its stdin, no model at all
+            run one script of the skill with the cell body as its stdin, no model at all; every word after PATH is
+            the script's, options included (a `--` right after PATH is dropped)
         %%skill write NAME [--dir PATH]
             the cell body becomes NAME/SKILL.md (in .skills/written unless --dir), validated, linted, and listed at once
         %%skill verify [--votes 3] [--refutations 2] [--concurrency 8] [--model M] [--voter model|script:SKILL:PATH]
@@ -509,11 +533,14 @@ class SkillsMagics(Magics):
             return self._write(argv[1:], cell)
         if not argv or argv[0] != "run":
             raise UsageError(f"{RUN_USAGE}\n{VERIFY_USAGE}")
-        args = self.run_parser.parse_intermixed_args(argv[1:])
+        own, script_words = split_script_words(argv[1:])
+        args = self.run_parser.parse_intermixed_args(own)
         name, arguments = (args.words[0], args.words[1:]) if args.words else (None, [])
+        arguments = [*arguments, *(script_words or [])]
         task = cell.strip("\n")
         if args.script and not args.no_model:
-            raise UsageError(f"--script runs a script without a model: add --no-model; {RUN_USAGE}")
+            late = " before --script PATH (every word after the path is the script's)" if "--no-model" in arguments else ""
+            raise UsageError(f"--script runs a script without a model: add --no-model{late}; {RUN_USAGE}")
         if args.record and args.replay:
             raise UsageError(f"--record and --replay exclude each other; {RUN_USAGE}")
         try:

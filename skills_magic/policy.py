@@ -41,10 +41,11 @@ class Rule:
     pattern: str
     origin: str  # where it came from: "%skills allow", "skills-policy.yaml", "IPython config", "asked: always"
     env: tuple[str, ...] = ()  # secret-looking variables an allow rule lets through to the script
-    network: bool = False  # the sandbox keeps its network namespace off unless a rule grants it
+    network: bool = False  # the whole network (typed by the user only); else none, or the `hosts` below
     writable: tuple[str, ...] = ()  # absolute paths the script may write besides its scratch folder
     unsandboxed: bool = False  # run even where no sandbox can be made (only ever typed by the user)
     limits: tuple[tuple[str, int], ...] = ()  # raised limits: (name in LIMIT_GRANTS, value), e.g. ("memory", 4 GiB)
+    hosts: tuple[str, ...] = ()  # host patterns reached through the proxy outside the sandbox (`--network pypi.org`)
 
     @property
     def text(self) -> str:
@@ -58,6 +59,7 @@ class Rule:
     def __str__(self) -> str:
         grants = [f"env: {', '.join(self.env)}"] if self.env else []
         grants += ["network"] if self.network else []
+        grants += [f"network: {','.join(self.hosts)}"] if self.hosts else []
         grants += [f"write: {p}" for p in self.writable]
         grants += ["unsandboxed"] if self.unsandboxed else []
         grants += [f"{name}: {_limit_text(name, value)}" for name, value in self.limits]
@@ -108,8 +110,9 @@ def parse_rule(kind: str, text: str, origin: str, env: Sequence[str] = (), user_
     skill, separator, pattern = str(text).strip().partition(":")
     if not separator:
         if skill == "*" and user_typed:  # `%skills allow *`: everything, typed by the user
-            return Rule(kind, "*", "*", origin, tuple(env), network, tuple(writable), unsandboxed,
-                        parse_limits(limits))
+            whole, hosts = _network_grant(text, network, user_typed, origin)
+            return Rule(kind, "*", "*", origin, tuple(env), whole, tuple(writable), unsandboxed,
+                        parse_limits(limits), hosts)
         raise RuleError(f"{text!r} is not a rule: write SKILL:PATH, e.g. source-verification:scripts/verify.py")
     skill, pattern = skill.strip(), pattern.strip()
     if not skill or not pattern:
@@ -121,6 +124,7 @@ def parse_rule(kind: str, text: str, origin: str, env: Sequence[str] = (), user_
         raise RuleError(f"{text!r}: a path pattern is relative to the skill's folder and stays inside it")
     if kind == "deny" and (env or network or writable or unsandboxed or limits):
         raise RuleError(f"{text!r}: a deny rule grants nothing")
+    network, hosts = _network_grant(text, network, user_typed, origin)
     limits = parse_limits(limits)
     if unsandboxed and not user_typed:
         raise RuleError(f"{text!r}: running unsandboxed is accepted only from {USER_ONLY}, not from {origin}")
@@ -138,7 +142,28 @@ def parse_rule(kind: str, text: str, origin: str, env: Sequence[str] = (), user_
             except RuleError as reason:
                 raise RuleError(_write_refusal(text, path, reason, origin, "refused")) from None
         writable = confined
-    return Rule(kind, skill, pattern, origin, tuple(env), network, tuple(writable), unsandboxed, limits)
+    return Rule(kind, skill, pattern, origin, tuple(env), network, tuple(writable), unsandboxed, limits, hosts)
+
+
+def _network_grant(text, network, user_typed: bool, origin: str) -> tuple[bool, tuple[str, ...]]:
+    """`network`: True / "*" (everything: typed by the user only), False / None / "" (nothing), or host patterns as
+    "pypi.org,*.crossref.org" or a list of them -> (whole network, host patterns)."""
+    if network in (None, False, "", ()):
+        return False, ()
+    if network is True or network == "*":
+        if not user_typed:
+            raise RuleError(f"{text!r}: the whole network is granted only from {USER_ONLY}, not from {origin}; name "
+                            "the hosts instead, e.g. network: [pypi.org]")
+        return True, ()
+    from skills_magic.netproxy import HostPatterns
+
+    grants = [network] if isinstance(network, str) else list(network)
+    if not all(isinstance(g, str) for g in grants):
+        raise RuleError(f"{text!r}: `network` is true or a list of host names, e.g. [pypi.org, '*.crossref.org']")
+    try:
+        return False, tuple(str(HostPatterns.parse(grants)).split(","))
+    except ValueError as error:
+        raise RuleError(f"{text!r}: {error}") from None
 
 
 def _confined(folder: str, path: str) -> str:
@@ -280,6 +305,7 @@ class Policy:
                 granted[LIMIT_GRANTS[name]] = max(granted.get(LIMIT_GRANTS[name]) or 0, value)
         limits = dataclasses.replace(Limits(), **granted)
         return Grants(env=self.granted_env(skill, path), network=any(r.network for r in matching),
+                      hosts=tuple(dict.fromkeys(h for r in matching for h in r.hosts)),
                       writable=tuple(dict.fromkeys(p for r in matching for p in r.writable)),
                       unsandboxed=any(r.unsandboxed for r in matching), limits=limits)
 
@@ -360,7 +386,7 @@ class Policy:
         if data is None or not isinstance(content, dict) or not isinstance(content.get(rule.kind) or [], list):
             raise RuleError(f"cannot add the rule to {path}: it is not a mapping with `allow` and `deny` lists; it "
                             "applies to this session only")
-        grants = {"env": list(rule.env), "network": rule.network, "write": list(rule.writable),
+        grants = {"env": list(rule.env), "network": rule.network or list(rule.hosts), "write": list(rule.writable),
                   "unsandboxed": rule.unsandboxed, **dict(rule.limits)}
         entry = {"rule": rule.text, **{k: v for k, v in grants.items() if v}} if any(grants.values()) else rule.text
         entries = content.get(rule.kind) or []
@@ -473,7 +499,11 @@ def _entry_rule(kind: str, entry, origin: str, owner: str, folder: str, problems
     if not isinstance(writable, list) or not all(isinstance(w, str) for w in writable):
         problems.append(f"{origin}: `write` of {text!r} must be a list of paths")
         return None
-    network, unsandboxed = extra.get("network") is True, extra.get("unsandboxed") is True
+    network, unsandboxed = extra.get("network"), extra.get("unsandboxed") is True
+    if owner == "project" and kind == "allow" and network is True:
+        problems.append(f"{text!r}: `network: true` dropped: the whole network is granted only from {USER_ONLY}, never "
+                        f"from {origin}; name the hosts instead, e.g. network: [pypi.org]")
+        network = None
     limits = {name: extra[name] for name in LIMIT_GRANTS if name in extra}
     if owner == "project" and kind == "allow":
         if env:

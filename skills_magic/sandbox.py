@@ -91,6 +91,10 @@ MASKS: tuple[tuple[str, str], ...] = (
     ("$SKILLS_MAGIC_CONFIG_DIR", "our trust store and the user's own policy file, where they were moved"),
 )
 ENV_FILE = re.compile(r"^\.env(rc)?($|\.)")  # .env, .env.local, .envrc ...: in every folder from the session up
+# tools write caches under the home, which is read-only in the sandbox: point them at the run's fresh /tmp (counted in
+# the write limit, gone with the run) instead of failing with EROFS
+CACHE_ENVIRONMENT = (("XDG_CACHE_HOME", "/tmp/.cache"), ("npm_config_cache", "/tmp/.npm"),
+                     ("MPLCONFIGDIR", "/tmp/.matplotlib"), ("PIP_CACHE_DIR", "/tmp/.cache/pip"))
 FRESH_FOLDERS = ("/tmp", "/var/tmp", "/run", "/dev/shm")  # fresh and empty: host sockets and temp files are not there
 HOST_SYMLINKED = ("/var/run", "/var/lock")  # usually links into /run: covered by the fresh /run
 
@@ -127,10 +131,11 @@ class Grants:
     """What a run may do beyond the sandbox's defaults; only allow rules grant these, never a skill's frontmatter."""
 
     env: tuple[str, ...] = ()
-    network: bool = False
+    network: bool = False  # the whole network
     writable: tuple[str, ...] = ()
     unsandboxed: bool = False
     limits: Limits = field(default_factory=Limits)
+    hosts: tuple[str, ...] = ()  # host patterns reached through the proxy (HTTP and HTTPS)
 
     def describe(self) -> str:
         parts = []
@@ -138,6 +143,8 @@ class Grants:
             parts.append("UNSANDBOXED")
         if self.network:
             parts.append("network")
+        elif self.hosts:
+            parts.append(f"network to {','.join(self.hosts)} (HTTP/HTTPS through the proxy)")
         parts += [f"write {p}" for p in self.writable]
         parts += [f"env {v}" for v in self.env]
         if self.limits != Limits():
@@ -188,8 +195,9 @@ def availability() -> tuple[bool, str]:
     if probe.returncode != 0:
         reason = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
         return False, f"bwrap cannot create namespaces here ({reason}); user namespaces may be disabled"
-    return True, ("bubblewrap: no network, read-only files but a scratch folder, secrets hidden, no host sockets, "
-                  "own PID namespace, limits on memory, processes, CPU and writes")
+    return True, ("bubblewrap: no network but granted hosts, read-only files but the working folder (copy-on-write) "
+                  "and a scratch folder, secrets hidden, no host sockets, own PID namespace, limits on memory, "
+                  "processes, CPU and writes")
 
 
 def _bwrap() -> str:
@@ -200,10 +208,11 @@ def _bwrap() -> str:
 # holds the scratch folder, the fresh folders and the upper layer of the working folder's overlay (copy-on-write);
 # after bwrap exits, the scratch folder and the overlay's changes are copied out to the run's folder, through a bind
 # mount made before the overlay hides the host's view. Arguments: $1 the tmpfs mount point, $2 the run's folder on
-# the host, $3 the size, $4 the working folder ("" for none), then the command line to run.
+# the host, $3 the size, $4 the working folder ("" for none), $5 the line that starts the network forwarder ("" for
+# none), then the command line to run.
 _LAYER_SCRIPT = r"""
 set -e
-live="$1"; run="$2"; size="$3"; work="$4"; shift 4
+live="$1"; run="$2"; size="$3"; work="$4"; forward="$5"; shift 5
 mount -t tmpfs -o "size=$size,mode=0755" skills-magic-run "$live"
 mkdir "$live/scratch" "$live/run" "$live/host" && mkdir -m 1777 "$live/tmp" "$live/vartmp" "$live/shm"
 mount --bind "$run" "$live/host"
@@ -212,6 +221,7 @@ if [ -n "$work" ]; then
     mount --bind "$work" "$live/lower"  # the host's view, for the paths a rule made writable
     mount -t overlay skills-magic-work -o "lowerdir=$live/lower,upperdir=$live/upper,workdir=$live/overlay-work,userxattr" "$work"
 fi
+if [ -n "$forward" ]; then eval "$forward"; fi  # the network forwarder, listening before the sandbox starts
 set +e
 "$@"
 code=$?
@@ -222,7 +232,7 @@ if [ -n "$work" ]; then
     find "$live/upper" -mindepth 1 -type c -printf '%P\0' > "$live/host/deleted" 2>/dev/null
     for f in "$live"/upper/* "$live"/upper/.[!.]* "$live"/upper/..?*; do
         if [ -e "$f" ] || [ -L "$f" ]; then
-            mkdir -p "$live/host/changes" && cp -a --no-preserve=xattr "$live/upper/." "$live/host/changes/" 2>/dev/null
+            mkdir -p "$live/host/changes" && cp -a "$live/upper/." "$live/host/changes/" 2>/dev/null  # xattrs kept: the opaque marks
             find "$live/host/changes" -type c -delete 2>/dev/null
             break
         fi
@@ -235,9 +245,11 @@ exit $code
 _CGROUP_SCRIPT = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
 
 
-def _layers(live: str, run: str, size: int, cgroup: str | None, work: str | None = None) -> list[str]:
-    layer = [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--propagation", "private",
-             "sh", "-c", _LAYER_SCRIPT, "sh", live, run, str(size), work or ""]
+def _layers(live: str, run: str, size: int, cgroup: str | None, work: str | None = None,
+            forward: str | None = None) -> list[str]:
+    network = ["--net"] if forward else []  # a network namespace of the run's own: the forwarder is its only way out
+    layer = [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", *network, "--propagation",
+             "private", "sh", "-c", _LAYER_SCRIPT, "sh", live, run, str(size), work or "", forward or ""]
     if cgroup:
         return ["sh", "-c", _CGROUP_SCRIPT, "sh", cgroup, *layer]
     return layer
@@ -262,9 +274,9 @@ def overlay_availability() -> tuple[bool, str]:
         made = os.path.exists(os.path.join(run, "changes", "new")) and not os.path.exists(os.path.join(lower, "new"))
     if probe.returncode != 0 or not made:
         reason = (probe.stderr.strip().splitlines() or ["the change did not arrive"])[-1]
-        return False, (f"the working folder is read-only in runs: no overlayfs in a user namespace here ({reason}); "
-                       "a Linux kernel 5.11 or newer with unprivileged overlayfs makes it copy-on-write")
-    return True, "the working folder is copy-on-write: writes land in the run's folder until %skills apply"
+        return False, (f"read-only in runs: no overlayfs in a user namespace here ({reason}); a Linux kernel 5.11 "
+                       "or newer with unprivileged overlayfs makes it copy-on-write")
+    return True, "copy-on-write: a run's writes land in its folder under .skills/runs/ until %skills apply"
 
 
 def _live_root() -> str | None:
@@ -360,6 +372,7 @@ class Box:
     args: list[str]
     run: str = ""  # the run's folder: output/ (the scratch folder), changes/ and deleted (the working folder's)
     working: str | None = None  # the working folder seen copy-on-write, None when it is not
+    proxy: object | None = None  # the run's netproxy.NetworkProxy, when it was granted hosts
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -385,7 +398,18 @@ class Box:
         """What the run left in its scratch folder (what it wrote elsewhere is gone with the tmpfs)."""
         return folder_size(self.scratch)
 
+    @property
+    def refused_hosts(self) -> tuple[str, ...]:
+        return tuple(self.proxy.refused) if self.proxy is not None else ()
+
     def close(self) -> None:
+        if self.proxy is not None:
+            folder = os.path.dirname(self.proxy.socket_path)
+            self.proxy.close()
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
         if self.seccomp_fd is not None:
             try:
                 os.close(self.seccomp_fd)
@@ -431,6 +455,15 @@ def _make_cgroup(limit: int) -> str | None:
     return None
 
 
+def proxy_env(proxy) -> list[tuple[str, str]]:
+    """The variables that point a sandboxed run's HTTP clients at the forwarder (and so at the proxy)."""
+    if proxy is None:
+        return []
+    from skills_magic import netproxy
+
+    return sorted(netproxy.proxy_environment(netproxy.SANDBOX_PROXY_PORT).items())
+
+
 def _needed_paths(folder: str, skill_folder: str | None, home: str) -> list[str]:
     """Folders a run sees as on the machine even when they lie under a folder made fresh (a project, a home or a
     virtualenv in /tmp): the run's folder, the session's, the skill's, the home (masked as always), the interpreter's."""
@@ -445,7 +478,7 @@ def _under(path: str, root: str) -> bool:
 
 def prepare(folder: str, run: str, grants: Grants, *, home: str | None = None, protected: Sequence[str] = (),
             skill_copy: tuple[str, str] | None = None, environ: Mapping[str, str] | None = None,
-            working: bool = False) -> Box:
+            working: bool = False, refusal=None) -> Box:
     """The sandbox for one run in `folder`, its outputs and changes kept in `run` (`run`/output is the scratch folder,
     `run`/changes and `run`/deleted what the run changed in `folder`). `working`: `folder` is the working folder,
     seen copy-on-write where that is possible (else read-only). `protected`: the project's control files (read-only
@@ -466,13 +499,22 @@ def prepare(folder: str, run: str, grants: Grants, *, home: str | None = None, p
         os.write(writer, program)  # a few hundred bytes: fits the pipe's buffer
         os.close(writer)
         seccomp_fd = reader
-    args = _layers(live, run, limits.write_bytes, cgroup, work)
+    proxy, forward = None, None
+    if grants.hosts and not grants.network:
+        from skills_magic import netproxy
+
+        socket_folder = tempfile.mkdtemp(prefix="skills-magic-proxy-", dir=_live_root())
+        proxy = netproxy.NetworkProxy(netproxy.HostPatterns.parse(",".join(grants.hosts)),
+                                      os.path.join(socket_folder, "proxy.sock"), refusal=refusal or netproxy.refusal_line)
+        proxy.start()
+        forward = netproxy.forwarder_shell(proxy.socket_path, port=netproxy.SANDBOX_PROXY_PORT)
+    args = _layers(live, run, limits.write_bytes, cgroup, work, forward)
     args += [shutil.which("prlimit") or "prlimit", f"--data={limits.memory}", f"--nproc={limits.processes}",
              f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + CPU_GRACE_SECONDS}", f"--fsize={limits.file_bytes}", "--core=0", "--"]
     args += [_bwrap(), "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent",
              "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    if grants.network:
-        args.append("--share-net")
+    if grants.network or proxy is not None:
+        args.append("--share-net")  # the host's network, or (with a proxy) the layer's own namespace
     fresh = [(f, inside) for f, inside in zip(FRESH_FOLDERS, ("tmp", "vartmp", "run", "shm"))
              if os.path.isdir(f) and not os.path.islink(f)]
     for path, inside in fresh:
@@ -504,9 +546,11 @@ def prepare(folder: str, run: str, grants: Grants, *, home: str | None = None, p
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     args += ["--setenv", "TMPDIR", os.path.realpath(scratch), "--setenv", "SKILLS_MAGIC_OUTPUT", os.path.realpath(scratch),
+             *[item for name, value in proxy_env(proxy) for item in ("--setenv", name, value)],
+             *[item for name, value in CACHE_ENVIRONMENT for item in ("--setenv", name, value)],
              "--setenv", "PYTHONDONTWRITEBYTECODE", "1",  # and the skill is its private copy: no __pycache__ there
              "--chdir", os.path.realpath(folder)]
-    return Box(folder, scratch, grants, live, cgroup, seccomp_fd, args, run, work)
+    return Box(folder, scratch, grants, live, cgroup, seccomp_fd, args, run, work, proxy)
 
 
 def explain_stop(box: Box, exit_code: int | None, stderr: str) -> str | None:

@@ -79,6 +79,8 @@ class SkillsSession:
         self.asker = unattended  # front ends that can ask a person replace this
         self._database = None
         self._run_outputs: list[dict[str, Any]] = []
+        self._run_changes: list[Any] = []  # changes.Change of the current model run's scripts, in run order
+        self._run_ids: list[str] = []  # the run folders of the current model run's scripts
         self.plan: str | None = None  # the ledger plan `%ledger use` picked
         self.ledger_for_model = False  # offer the `experiment` tool in runs (`%ledger model on`)
         self.budget: int | None = DEFAULT_BUDGET_CHARS
@@ -461,7 +463,7 @@ class SkillsSession:
         `save` also keeps it in the user's own policy file."""
         from skills_magic.policy import parse_rule
 
-        writable = [os.path.join(self.cwd, os.path.expanduser(p)) for p in writable]
+        writable = [_writable_folder(os.path.join(self.cwd, os.path.expanduser(p))) for p in writable]
         rule = self.policy.add(parse_rule(kind, text, f"%skills {kind}", env, network=network, writable=writable,
                                           unsandboxed=unsandboxed, limits=limits))
         if save:
@@ -504,10 +506,13 @@ class SkillsSession:
                          "decided_by": "the reviewer", "detail": f"{len(changes)} files recorded in skills.lock"})
         return skill, changes, written
 
-    def _script_runner(self, asker):
+    def _script_runner(self, asker, placeholders: dict[str, str] | None = None):
+        """The model's `run_skill_script` and inline-command runners. `placeholders`: the client's (a cassette writes a
+        run id the tool result names as ${SKILLS_MAGIC_RUN_N}, so a replay matches though run ids differ)."""
         from skills_magic.agent import TraceEvent
 
         gate = self.gate()
+        named: list[str] = []  # the run ids this runner's tool results named, in order
 
         def run(skill: Skill, path: str, arguments: Sequence[str], stdin: str):
             outcome = gate.run_script(skill, path, arguments, stdin, asker)
@@ -519,10 +524,18 @@ class SkillsSession:
             event = TraceEvent("execute", where, bytes=run_.stdin_bytes, detail=detail)
             files = _outputs_of(run_, f"{skill.name}/{path}")
             self._run_outputs.extend(files)
-            listing = written_listing(files)
+            changes = _changes_of(run_)
+            self._run_changes.extend(changes)
+            if run_.run_folder:
+                self._run_ids.append(os.path.basename(run_.run_folder))
+            if changes and placeholders is not None and changes[0].run_id not in named:
+                named.append(changes[0].run_id)
+                placeholders.setdefault(changes[0].run_id, f"${{SKILLS_MAGIC_RUN_{len(named)}}}")
+            listing = written_listing(files) + changes_listing(changes)
+            hint = f"\n{run_.hint}" if run_.hint else ""  # the cause and its fix, last, where a model reads it
             if run_.stopped or run_.timed_out or run_.exit_code != 0:
-                return cap_tool_result(f"{path} {detail}\n{run_.stderr}".rstrip(), listing), True, event
-            return cap_tool_result(run_.stdout, listing), False, event
+                return cap_tool_result(f"{path} {detail}\n{run_.stderr}".rstrip() + hint, listing), True, event
+            return cap_tool_result(run_.stdout + hint, listing), False, event
 
         return run, (lambda skill, body: gate.expand_inline(skill, body, asker))
 
@@ -544,19 +557,23 @@ class SkillsSession:
             from skills_magic.models.replay import RecordingModel
 
             client = RecordingModel(client, os.path.join(self.cwd, record))
-        run_script, expand_inline = self._script_runner(asker or self.asker)
+        placeholders = getattr(client, "placeholders", None)
+        run_script, expand_inline = self._script_runner(asker or self.asker,
+                                                        placeholders if isinstance(placeholders, dict) else None)
         ledger = self._ledger_tool(chosen)
         agent = Agent(self.scan().skills, client, self.resolve_model_id(client, model, chosen),
                       show_path=self.show_path, session_id=self.session_id, budget=self.budget,
                       max_turns=max_turns or DEFAULT_MAX_TURNS, run_script=run_script, expand_inline=expand_inline,
                       ledger=ledger)
         started = time.perf_counter()
-        self._run_outputs = []
+        self._run_outputs, self._run_changes, self._run_ids = [], [], []
         try:
             result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event)
         finally:
             self.last_run_seconds = time.perf_counter() - started
         result.outputs = list(self._run_outputs)
+        result.changes = list(self._run_changes)
+        result.run_id = self._run_ids[-1] if self._run_ids else None
         self.last_run = result
         return result
 
@@ -583,12 +600,97 @@ class SkillsSession:
             result.final_text = run.stdout
             result.note = run.stderr.strip()
             result.outputs = _outputs_of(run, where)
+            result.changes = _changes_of(run)
+            result.run_id = os.path.basename(run.run_folder) if run.run_folder else None
             result.stop_reason = "no_model" if run.exit_code == 0 and not run.stopped else "script_failed"
             if result.stop_reason == "script_failed":
-                result.error = f"{script} {detail}"
+                result.error = f"{script} {detail}" + (f"\n{run.hint}" if run.hint else "")
+            elif run.hint:  # it ended well but was refused something (a host): say what would allow it
+                result.note = f"{result.note}\n{run.hint}".strip()
         self.last_run_seconds = time.perf_counter() - started
         self.last_run = result
         return result
+
+    # --- a run's changes to the working folder: the user applies them ------------------------------------------
+
+    def _run_folders(self, run: str) -> list[str]:
+        """The run folders `run` names: a run id in .skills/runs/, or `last`: every script run of the last run."""
+        from skills_magic.changes import RUN_NAME, recent_runs, run_facts
+        from skills_magic.errors import ChangeError, RunNotFound
+
+        root = os.path.join(self.cwd, RUNS_FOLDER)
+        if run == "last":
+            last = self.last_run
+            ids = [c.run_id for c in last.changes if c.run_id] + [last.run_id] if last is not None else []
+            ids = [i for i in dict.fromkeys(ids) if i]
+            if not ids:
+                raise RunNotFound(run, recent_runs(root), why="no script of this session has run in a sandbox yet")
+        else:
+            ids = [run]
+        folders = []
+        for run_id in ids:
+            folder = os.path.join(root, run_id)
+            if not RUN_NAME.fullmatch(run_id) or os.path.islink(folder) or not os.path.isdir(folder):
+                raise RunNotFound(run_id, recent_runs(root))
+            seen = run_facts(folder).get("working_folder")
+            if isinstance(seen, str) and os.path.realpath(seen) != os.path.realpath(self.cwd):
+                raise ChangeError(f"{run_id} ran in {self.show_path(seen)}, not in this session's folder: "
+                                  "apply it from a session there")
+            folders.append(folder)
+        return folders
+
+    def changes(self, run: str) -> list:
+        """What run `run` (a run id, or `last`) changed in this session's folder and has not applied (changes.Change)."""
+        from skills_magic.changes import run_changes
+
+        return [c for folder in self._run_folders(run) for c in run_changes(folder, self.cwd)]
+
+    def apply(self, run: str, paths: Sequence[str] = ()):
+        """`%skills apply RUN [PATH...]`: copy what the run changed (every change, or those under `paths`) into this
+        session's folder; the user typing the command is the decision. Control files, paths leaving the folder and
+        files changed on disk since the run started are refused, with why. An audit row for each file."""
+        from skills_magic.changes import ApplyReport, apply_changes, run_changes, run_facts, select
+        from skills_magic.errors import UnknownChange
+        from skills_magic.manifest import digest
+
+        folders = self._run_folders(run)
+        work = os.path.realpath(self.cwd)
+        chosen: dict[str, list[str] | None] = {folder: None for folder in folders}
+        if paths:
+            changed = {folder: run_changes(folder, work) for folder in folders}
+            chosen = {folder: [] for folder in folders}
+            for path in paths:
+                found = False
+                for folder in folders:
+                    try:
+                        select(changed[folder], [path], work, os.path.basename(folder))
+                    except UnknownChange:
+                        continue
+                    chosen[folder].append(path)
+                    found = True
+                if not found:
+                    raise UnknownChange(path, run if len(folders) > 1 else os.path.basename(folders[0]),
+                                        sorted({c.path for cs in changed.values() for c in cs}))
+        report = ApplyReport()
+        for folder, wanted in chosen.items():
+            if wanted == []:
+                continue
+            part = apply_changes(folder, work, wanted, protected=self.control_files())
+            skill = str(run_facts(folder).get("skill") or "*")
+            for change in part.applied:
+                try:
+                    sha = digest(change.file) if change.file and change.link is None else None
+                except OSError:
+                    sha = None
+                self._audit({"at": _utc_now(), "event": "apply", "skill": skill, "path": change.path, "digest": sha,
+                             "decision": "allow", "decided_by": "the user: %skills apply",
+                             "detail": f"{change.summary()} from {change.run_id}"})
+            for change, reason in part.refused:
+                shown = change.path if hasattr(change, "path") else str(change)
+                self._audit({"at": _utc_now(), "event": "apply", "skill": skill, "path": shown, "decision": "deny",
+                             "decided_by": "the apply checks", "detail": f"refused from {os.path.basename(folder)}: {reason}"})
+            report = report.merge(part)
+        return report
 
     def show_path(self, path: str) -> str:
         """A path for outputs: the same on every machine and clone, so notebooks re-run identically.
@@ -612,12 +714,43 @@ class SkillsSession:
         return shown
 
 
+def _writable_folder(path: str) -> str:
+    """A `--write` path as the sandbox can bind it: an existing file or folder, or a folder created now (a grant is
+    never dropped silently); a file that does not exist yet is refused with what to grant instead."""
+    from skills_magic.policy import RuleError
+
+    if os.path.lexists(path):
+        return path
+    if os.path.splitext(path)[1]:
+        raise RuleError(f"--write {path}: no such file; a grant binds an existing file or folder: grant its folder "
+                        f"(--write {os.path.dirname(path) or '.'}) or create the file first")
+    try:
+        os.makedirs(path)
+    except OSError as error:
+        raise RuleError(f"--write {path}: it does not exist and cannot be created ({error.strerror or error})") from None
+    return path
+
+
 def written_listing(files: Sequence[dict[str, Any]]) -> str:
     """The lines that tell the model which files a run wrote: the first MAX_LISTED_OUTPUTS, then one line for the rest."""
     lines = [f"\n[wrote {o['path']} ({o['bytes']:,} bytes) in $SKILLS_MAGIC_OUTPUT]" for o in files[:MAX_LISTED_OUTPUTS]]
     rest = files[MAX_LISTED_OUTPUTS:]
     if rest:
         lines.append(f"\n[... and {len(rest):,} more files ({sum(o['bytes'] for o in rest):,} bytes) not listed]")
+    return "".join(lines)
+
+
+def changes_listing(changes: Sequence[Any]) -> str:
+    """The lines that tell the model what a run changed in the working folder, pending the user's `%skills apply`:
+    the first MAX_LISTED_OUTPUTS, then one line for the rest."""
+    lines = [f"\n[{c.summary()} in the working folder: not applied; the user applies with %skills apply {c.run_id}]"
+             for c in changes[:MAX_LISTED_OUTPUTS]]
+    rest = changes[MAX_LISTED_OUTPUTS:]
+    if rest:
+        lines.append(f"\n[... and {len(rest):,} more changes ({sum(c.bytes for c in rest):,} bytes) in the working folder "
+                     "not listed: not applied]")
+    if changes:
+        lines.append("\n[scripts run later see the working folder without these changes until the user applies them]")
     return "".join(lines)
 
 
@@ -637,6 +770,18 @@ def _outputs_of(run, script: str) -> list[dict[str, Any]]:
         return []
     return [{"script": script, "path": path, "bytes": size, "file": os.path.join(run.scratch, path)}
             for path, size in run.outputs]
+
+
+def _changes_of(run) -> list[Any]:
+    """What a sandboxed run changed in the working folder it saw copy-on-write (changes.Change, sorted by path)."""
+    if not run.run_folder or not run.working_folder:
+        return []
+    from skills_magic.changes import run_changes
+
+    try:
+        return run_changes(run.run_folder, run.working_folder)
+    except OSError:  # the run's folder is unreadable: `%skills apply` says why
+        return []
 
 
 def _run_in_loop_thread(make_coroutine):

@@ -87,7 +87,7 @@ def test_allow_adds_a_rule_and_shows_the_policy(ip, magics):
     view = skills(ip, "allow x:scripts/run.py")
     assert isinstance(view, PolicyView)
     data = view.data()
-    assert set(data.pop("sandbox")) == {"available", "detail"}  # machine-specific: whether bwrap works here
+    assert set(data.pop("sandbox")) == {"available", "detail", "working_folder"}  # machine-specific: whether bwrap works here
     assert data == {
         "rules": [{"kind": "allow", "rule": "x:scripts/run.py", "origin": "%skills allow", "env": []}],
         "problems": [],
