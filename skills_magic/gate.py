@@ -94,6 +94,15 @@ def masked(run: ScriptRun) -> ScriptRun:
     return dataclasses.replace(run, stdout=m.mask(run.stdout), stderr=m.mask(run.stderr))
 
 
+def _copy_mount(copy: str, skill_folder: str, working: str) -> tuple[str, str]:
+    """(the private copy, where the sandbox shows it): at the skill's own folder, so `${SKILL_DIR}` and `__file__`
+    paths work; but where the notebook sits inside the skill's folder, mounting there would hide the working folder,
+    so the copy is shown at its own path."""
+    if working == skill_folder or working.startswith(skill_folder.rstrip("/") + "/"):
+        return copy, copy
+    return copy, skill_folder
+
+
 def _digest_or_none(path: str) -> str | None:
     """The digest of a file on disk for the audit of a refusal (never blocks: special files are not read)."""
     try:
@@ -155,7 +164,8 @@ class Gate:
         hint = hints.failure_hint(run.stderr, run.exit_code, run.timed_out, skill=skill, subject=subject,
                                   network=grants.network, hosts=grants.hosts, refused_hosts=run.refused_hosts,
                                   working_folder=self.working_folder,
-                                  working_copy_on_write=run.working_folder is not None, writable=grants.writable)
+                                  working_copy_on_write=run.working_folder is not None, writable=grants.writable,
+                                  stdout=run.stdout)
         if run.stopped and hint and not hint.startswith("hint: the sandbox refused"):
             hint = None  # the limit's own line already says what to do
         return dataclasses.replace(run, hint=hint) if hint else run
@@ -241,13 +251,13 @@ class Gate:
             return Outcome(False, decided_by, error=f"denied: {decided_by}")
         real_folder = os.path.realpath(skill.folder)
         working = self.working_folder or real_folder
-        box, refusal = self._sandbox(skill.name, path, working, (copy.folder, real_folder))
+        box, refusal = self._sandbox(skill.name, path, working, _copy_mount(copy.folder, real_folder, working))
         if refusal:
             self._record("decision", skill.name, path, digest=script_digest, decision="deny", decided_by="the sandbox",
                          detail=refusal)
             return Outcome(False, "the sandbox", error=refusal)
         # in the sandbox the copy is mounted at the skill's own folder; without one, the copy's path is used
-        skill_root = real_folder if box is not None else copy.folder
+        skill_root = _copy_mount(copy.folder, real_folder, working)[1] if box is not None else copy.folder
         try:
             run = run_script(working, path, arguments, stdin, timeout=self._timeout(skill.name, path),
                              granted_env=self.policy.granted_env(skill.name, path), sandbox=box,
@@ -306,7 +316,7 @@ class Gate:
                 return f"[denied: !`{command}`: {decided_by}]"
             real_folder = os.path.realpath(skill.folder)
             working = self.working_folder or real_folder
-            box, refusal = self._sandbox(skill.name, subject, working, (copy.folder, real_folder))
+            box, refusal = self._sandbox(skill.name, subject, working, _copy_mount(copy.folder, real_folder, working))
             if refusal:
                 return f"[denied: !`{command}`: {refusal}]"
             try:

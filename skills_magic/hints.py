@@ -38,10 +38,13 @@ _NETWORK = re.compile(
     r"|No address associated with hostname|network is unreachable|\[Errno -[23]\]|\[Errno 101\]")
 _MISSING_PROGRAM = (
     re.compile(r"(?:^|\n)(?:[^\n:]*: )?(?:line \d+: )?([\w.+-]+): (?:command )?not found"),
-    re.compile(r"No such file or directory: '([\w.+/-]+)'(?![^\n]*\.\w+')"),
+    re.compile(r"_execute_child[\s\S]*No such file or directory: '([\w.+/-]+)'"),  # subprocess could not start it
     re.compile(r"env: '?([\w.+-]+)'?: No such file or directory"),
     re.compile(r"spawn ([\w.+-]+) ENOENT"),
+    re.compile(r"\b(" + "|".join(re.escape(p) for p in INSTALL) + r") (?:is )?not (?:installed|found)"),
 )
+_NAMED_HOST = re.compile(r"host='([\w.-]+)'|Failed to resolve '([\w.-]+)'|ENOTFOUND ([\w.-]+)"
+                         r"|Could not resolve host: ([\w.-]+)|getaddrinfo failed for ([\w.-]+)")
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 _USAGE = re.compile(r"error: (unrecognized arguments|the following arguments are required|argument [^\n]*)")
 
@@ -63,8 +66,9 @@ def refused_host_line(skill: str, subject: str, hosts: Sequence[str], host: str,
 
 def failure_hint(stderr: str, exit_code: int | None, timed_out: bool, *, skill: str, subject: str, network: bool,
                  hosts: Sequence[str] = (), refused_hosts: Sequence[str] = (), working_folder: str | None = None,
-                 working_copy_on_write: bool = False, writable: Sequence[str] = ()) -> str | None:
-    """One line: the likely cause of a failed run and what fixes it; None when nothing explains it."""
+                 working_copy_on_write: bool = False, writable: Sequence[str] = (), stdout: str = "") -> str | None:
+    """One line: the likely cause of a failed run and what fixes it; None when nothing explains it. Read from the end
+    of stderr; a missing program also from the end of stdout (some scripts print "pandoc is not installed" there)."""
     tail = (stderr or "")[-STDERR_TAIL_CHARS:]
     if refused_hosts:
         names = ",".join(refused_hosts)
@@ -75,8 +79,11 @@ def failure_hint(stderr: str, exit_code: int | None, timed_out: bool, *, skill: 
         path = match.group(1) or match.group(2)
         return _read_only_hint(path, skill, subject, working_folder, working_copy_on_write)
     if _NETWORK.search(tail) and not network:
+        named = _NAMED_HOST.search(tail)
+        host = next((g for g in named.groups() if g), None) if named else None
+        wanted = ",".join(dict.fromkeys([*hosts, host])) if host else "HOST[,HOST...]"
         return ("hint: the network is off in the sandbox; to let this run reach the hosts it needs: "
-                f"{allow_command(skill, subject, '--network HOST[,HOST...]')}")
+                f"{allow_command(skill, subject, '--network ' + wanted)}")
     if timed_out and not network:
         return ("hint: it timed out, and the network is off in the sandbox (a script waiting on a connection hangs "
                 f"until the timeout); if it needs hosts: {allow_command(skill, subject, '--network HOST[,HOST...]')}; "
@@ -90,7 +97,7 @@ def failure_hint(stderr: str, exit_code: int | None, timed_out: bool, *, skill: 
         return (f"hint: the Python package {package!r} is not installed in the kernel's environment: %pip install "
                 f"{package} (the script runs with the kernel's Python)")
     for pattern in _MISSING_PROGRAM:
-        found = pattern.search(tail)
+        found = pattern.search(tail) or pattern.search((stdout or "")[-STDERR_TAIL_CHARS:])
         if found:
             program = os.path.basename(found.group(1))
             if program in ("python", "python3") or "/" in found.group(1) and os.path.exists(found.group(1)):

@@ -8,7 +8,7 @@ import shlex
 import time
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from traitlets import List, Unicode
 
 from skills_magic import display
@@ -504,9 +504,11 @@ class SkillsMagics(Magics):
     def _db_path(self) -> str:
         return os.path.relpath(self.session.database.path, self.session.cwd)
 
-    @cell_magic
-    def skill(self, line: str, cell: str):
+    @line_cell_magic
+    def skill(self, line: str, cell: str | None = None):
         """Run a task with Agent Skills through a model (progressive disclosure), or one skill's script.
+
+        On one line, `%skill run NAME --no-model --script PATH [ARGS...]` runs a script with empty stdin.
 
         %%skill run [NAME [ARGS...]] [--model M] [--max-turns N] [--record FILE | --replay FILE]
             the cell body is the task; with NAME that skill is activated explicitly (no model decision), without
@@ -523,6 +525,7 @@ class SkillsMagics(Magics):
             verify the claims in the cell (a YAML list of {claim, quote, source}) by adversarial votes, all
             concurrently; a live vote board, then the result (confirmed / refuted / unverified per claim)
         """
+        cell = cell or ""  # the line form: no body
         try:
             argv = shlex.split(line)
         except ValueError as error:

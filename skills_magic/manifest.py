@@ -35,7 +35,7 @@ LOCK_HEADER = (
     "# skills.lock: the reviewed bytes of each skill (sha256 of every file).\n"
     "# Written only by `%skills review NAME` after confirmation; a script whose skill differs from this is refused.\n"
 )
-SKIPPED = frozenset({".git", "__pycache__", ".ipynb_checkpoints", ".DS_Store"})
+SKIPPED = frozenset({".git", "__pycache__", ".ipynb_checkpoints", ".DS_Store", ".skills"})  # .skills: our runs, never a skill's
 READ_BLOCK = 1 << 16  # a skill's files are small; a big one is hashed and copied without being held whole
 # a file swapped for a link after its lstat is not followed, and one swapped for a FIFO does not block the open
 OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -455,13 +455,20 @@ def _make_cgroup(limit: int) -> str | None:
     return None
 
 
-def proxy_env(proxy) -> list[tuple[str, str]]:
-    """The variables that point a sandboxed run's HTTP clients at the forwarder (and so at the proxy)."""
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")  # the sandbox's own loopback: a server a script starts itself
+
+
+def proxy_env(proxy, hosts: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """The variables that point a sandboxed run's HTTP clients at the forwarder (and so at the proxy). The run's own
+    loopback stays direct (a script's own test server), unless loopback itself is granted: then it means the host's."""
     if proxy is None:
         return []
     from skills_magic import netproxy
 
-    return sorted(netproxy.proxy_environment(netproxy.SANDBOX_PROXY_PORT).items())
+    environment = netproxy.proxy_environment(netproxy.SANDBOX_PROXY_PORT)
+    if not any(h.split(":")[0].strip("[]") in LOOPBACK_NAMES or h.startswith("127.") for h in hosts):
+        environment.update(NO_PROXY=",".join(LOOPBACK_NAMES), no_proxy=",".join(LOOPBACK_NAMES))
+    return sorted(environment.items())
 
 
 def _needed_paths(folder: str, skill_folder: str | None, home: str) -> list[str]:
@@ -546,7 +553,7 @@ def prepare(folder: str, run: str, grants: Grants, *, home: str | None = None, p
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     args += ["--setenv", "TMPDIR", os.path.realpath(scratch), "--setenv", "SKILLS_MAGIC_OUTPUT", os.path.realpath(scratch),
-             *[item for name, value in proxy_env(proxy) for item in ("--setenv", name, value)],
+             *[item for name, value in proxy_env(proxy, grants.hosts) for item in ("--setenv", name, value)],
              *[item for name, value in CACHE_ENVIRONMENT for item in ("--setenv", name, value)],
              "--setenv", "PYTHONDONTWRITEBYTECODE", "1",  # and the skill is its private copy: no __pycache__ there
              "--chdir", os.path.realpath(folder)]

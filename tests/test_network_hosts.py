@@ -185,3 +185,19 @@ def test_a_write_grant_for_a_missing_folder_creates_it_and_a_missing_file_is_ref
     assert (place / "out" / "figures").is_dir()
     with pytest.raises(RuleError, match="no such file; a grant binds an existing file or folder"):
         session.add_rule("allow", "x:scripts/*", writable=["missing/report.json"])
+
+
+def test_a_scripts_own_server_on_the_sandbox_loopback_stays_direct_under_a_host_grant(place):
+    """A grant for some host must not send `http://localhost` (the run's own test server) through the proxy."""
+    session = session_with(place)
+    (Path(session.skill("x").folder) / "scripts" / "own.py").write_text(textwrap.dedent("""
+        import http.server, threading, urllib.request
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 8765), http.server.SimpleHTTPRequestHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        for url in ("http://localhost:8765/", "http://127.0.0.1:8765/"):
+            print(urllib.request.urlopen(url, timeout=10).status)
+        server.shutdown()
+    """), encoding="utf-8")
+    session.add_rule("allow", "x:scripts/*", network="pypi.org")
+    outcome = session.gate().run_script(session.skill("x"), "scripts/own.py", [], "", unattended)
+    assert outcome.run.stdout.split() == ["200", "200"], outcome.run.stderr

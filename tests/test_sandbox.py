@@ -229,3 +229,50 @@ def test_policy_shows_the_sandbox_mode_and_the_grants(place, ip):
     finally:
         unregister(ip)
     assert "sandbox: bubblewrap" in text and "network" in text and f"write: {place}" in text
+
+
+@pytest.mark.sandbox_fallback
+def test_without_overlayfs_the_working_folder_is_read_only_and_policy_and_the_hint_say_how_to_enable_it(place, monkeypatch, ip):
+    from skills_magic.magics import SkillsMagics, unregister
+
+    reason = ("read-only in runs: no overlayfs in a user namespace here (mount: permission denied); a Linux kernel "
+              "5.11 or newer with unprivileged overlayfs makes it copy-on-write")
+    monkeypatch.setattr(sandbox, "overlay_availability", lambda: (False, reason))
+    session = skill_with(place, "write.py", WRITE)
+    session.add_rule("allow", "x:scripts/*")
+    result = run(session, "write.py", str(place / "result.txt")).run
+    assert result.stdout.startswith("refused:") and not (place / "result.txt").exists() and result.working_folder is None
+    instance = SkillsMagics(shell=ip)
+    ip.register_magics(instance)
+    try:
+        ip.run_line_magic("skills", f"add {place / 'skills'}")
+        text = ip.run_line_magic("skills", "policy").text()
+    finally:
+        unregister(ip)
+    assert f"working folder: {reason}" in text
+    failing = skill_with(place, "crash.py", "open('result.txt', 'w').write('x')\n")
+    failing.add_rule("allow", "x:scripts/*")
+    crashed = run(failing, "crash.py").run
+    assert crashed.exit_code == 1 and crashed.hint == (
+        f"hint: the working folder is {reason}; to let it write there for real: "
+        f"%skills allow x:scripts/crash.py --write {place}")
+
+
+def test_a_notebook_inside_its_skills_folder_still_runs_from_the_private_copy_and_writes_copy_on_write(tmp_path, monkeypatch):
+    """Prototyping a skill with the notebook in its own folder: the copy must not hide the working folder."""
+    from skills_magic.sandbox import overlay_availability
+
+    folder = tmp_path / "x"
+    make_skill(folder, name="x")
+    (folder / "scripts").mkdir()
+    (folder / "scripts" / "out.py").write_text("import os\nopen('result.txt', 'w').write('x')\nprint(os.getcwd())\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(folder)
+    session = SkillsSession(sources=[Source("session", str(folder), True)], cwd=str(folder))
+    session.add_rule("allow", "x:scripts/*")
+    result = session.run_script("x", "scripts/out.py")
+    assert result.stop_reason == "no_model", result.error
+    assert result.final_text.strip() == str(folder) and not (folder / "result.txt").exists()
+    if overlay_availability()[0]:
+        assert [c.path for c in result.changes] == ["result.txt"]
+    assert not list(folder.glob(".skills/runs/*/changes/.skills"))  # the run's own folder is never a change
