@@ -319,11 +319,12 @@ class Gate:
             box, refusal = self._sandbox(skill.name, subject, working, _copy_mount(copy.folder, real_folder, working))
             if refusal:
                 return f"[denied: !`{command}`: {refusal}]"
+            env = clean_environment(granted=self.policy.granted_env(skill.name, subject))
+            # the skill's folder is importable here too: `!`python -m scripts.report`` works as a script run does
+            env["PYTHONPATH"] = _copy_mount(copy.folder, real_folder, working)[1] if box is not None else copy.folder
             try:
-                run = masked(run_command(["bash", "-c", command], working,
-                                         subject, (), "", INLINE_TIMEOUT_SECONDS,
-                                         clean_environment(granted=self.policy.granted_env(skill.name, subject)), "-",
-                                         box))
+                run = masked(run_command(["bash", "-c", command], working, subject, (), "", INLINE_TIMEOUT_SECONDS,
+                                         env, "-", box))
             except ScriptError as error:
                 return f"[failed: !`{command}`: {error}]"
         finally:

@@ -184,8 +184,9 @@ def availability() -> tuple[bool, str]:
         return False, f"no sandbox on {sys.platform}: bubblewrap needs Linux"
     if shutil.which("bwrap") is None:
         return False, f"bwrap is not installed; {INSTALL_HINT}"
-    if shutil.which("unshare") is None:
-        return False, "unshare (util-linux) is not installed; install util-linux"
+    for program in ("unshare", "prlimit"):
+        if shutil.which(program) is None:
+            return False, f"{program} (util-linux) is not installed; install util-linux"
     with tempfile.TemporaryDirectory(prefix="skills-magic-probe-") as probe_dir:
         os.makedirs(os.path.join(probe_dir, "run", "output"))
         os.makedirs(os.path.join(probe_dir, "live"))

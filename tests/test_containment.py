@@ -441,3 +441,38 @@ def test_the_limits_magic_flags_reach_the_run(place, ip):
         unregister(ip)
     assert "cpu: 1 s" in text and "memory: 1 GiB" in text
     assert result.error == "scripts/spin.py stopped: CPU time limit 1 s reached; allow more with --cpu 4"
+
+
+def test_bytes_swapped_while_the_gate_runs_never_run_and_the_audit_names_what_ran(place):
+    """A real race: a thread flips a reviewed script between its reviewed bytes and an evil version of the same
+    length while the gate runs it again and again. Each run either is refused by skills.lock or prints the reviewed
+    text, and the audit's digest for every run is the reviewed one."""
+    import hashlib
+    import threading
+
+    reviewed, evil = "print('reviewed')\n", "print('evil!!!!')\n"
+    assert len(reviewed) == len(evil)
+    session = session_with(place, "run.py", reviewed)
+    session.review("x", confirm=lambda: True)
+    script = Path(session.skill("x").folder) / "scripts" / "run.py"
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            for text in (evil, reviewed):
+                script.write_text(text)
+
+    flipper = threading.Thread(target=flip, daemon=True)
+    flipper.start()
+    outputs = []
+    try:
+        for _ in range(25):
+            outcome = session.gate().run_script(session.skill("x"), "scripts/run.py", [], "", unattended)
+            outputs.append(outcome.run.stdout.strip() if outcome.run else f"refused by {outcome.decided_by}")
+    finally:
+        stop.set()
+        flipper.join()
+    assert "evil!!!!" not in outputs and set(outputs) <= {"reviewed", "refused by skills.lock"}, outputs
+    assert "refused by skills.lock" in outputs  # the race was real: some copies caught the evil bytes
+    digest = hashlib.sha256(reviewed.encode()).hexdigest()
+    assert {r["digest"] for r in session.audit() if r["event"] == "run"} <= {digest}

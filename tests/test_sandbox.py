@@ -276,3 +276,14 @@ def test_a_notebook_inside_its_skills_folder_still_runs_from_the_private_copy_an
     if overlay_availability()[0]:
         assert [c.path for c in result.changes] == ["result.txt"]
     assert not list(folder.glob(".skills/runs/*/changes/.skills"))  # the run's own folder is never a change
+
+
+def test_python_dash_m_finds_the_skills_scripts_in_an_inline_command_and_a_script_imports_its_siblings(place):
+    session = skill_with(place, "helper.py", "VALUE = 'from the skill'\n")
+    folder = Path(session.skill("x").folder)
+    (folder / "scripts" / "report.py").write_text("from scripts.helper import VALUE\nprint(VALUE)\n")
+    session.add_rule("allow", "x:scripts/*")
+    session.add_rule("allow", "x:!python -m scripts.report")
+    assert session.run_script("x", "scripts/report.py").final_text == "from the skill\n"
+    gate = session.gate()
+    assert gate.expand_inline(session.skill("x"), "python -m scripts.report", unattended) == "from the skill"
