@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -39,6 +40,9 @@ SCRATCH_CAP_BYTES = DEFAULT_WRITE_BYTES  # the name earlier code and tests use f
 CPU_GRACE_SECONDS = 5  # SIGXCPU at the limit (it names itself), SIGKILL only this much later
 LIMIT_CHECK_SECONDS = 0.02  # how often the process count is read while a run goes on (a fork bomb is stopped fast)
 CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # where a pids cgroup can be made (v1, then v2)
+CGROUP_EMPTY_SECONDS = 1.0  # how long a finished run waits for its killed processes to leave its cgroups
+CGROUP_SWEEP_AGE_SECONDS = 60  # a leftover cgroup of ours this old is removed by the next run
+MEMORY_CGROUP_ROOT = "/sys/fs/cgroup/memory"  # v1: a child of the kernel's memory cgroup limits the run as a whole
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
 
 # The mask list: hidden whatever a rule grants (applied after every writable bind). One entry a line, with why.
@@ -242,17 +246,18 @@ fi
 exit $code
 """
 
-# The outermost layer: join the run's pids cgroup (when one could be made) before the namespaces are made.
-_CGROUP_SCRIPT = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
+# The outermost layer: join the run's cgroups (pids, memory: those that could be made) before the namespaces are made.
+_CGROUP_SCRIPT = 'while [ "$1" != "--" ]; do echo $$ > "$1/cgroup.procs" || exit 125; shift; done; shift; exec "$@"'
 
 
-def _layers(live: str, run: str, size: int, cgroup: str | None, work: str | None = None,
+def _layers(live: str, run: str, size: int, cgroup, work: str | None = None,
             forward: str | None = None) -> list[str]:
     network = ["--net"] if forward else []  # a network namespace of the run's own: the forwarder is its only way out
     layer = [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", *network, "--propagation",
              "private", "sh", "-c", _LAYER_SCRIPT, "sh", live, run, str(size), work or "", forward or ""]
-    if cgroup:
-        return ["sh", "-c", _CGROUP_SCRIPT, "sh", cgroup, *layer]
+    cgroups = [cgroup] if isinstance(cgroup, str) else [c for c in (cgroup or ()) if c]
+    if cgroups:
+        return ["sh", "-c", _CGROUP_SCRIPT, "sh", *cgroups, "--", *layer]
     return layer
 
 
@@ -374,6 +379,7 @@ class Box:
     run: str = ""  # the run's folder: output/ (the scratch folder), changes/ and deleted (the working folder's)
     working: str | None = None  # the working folder seen copy-on-write, None when it is not
     proxy: object | None = None  # the run's netproxy.NetworkProxy, when it was granted hosts
+    memory_cgroup: str | None = None  # the run's memory cgroup, when one could be made (the limit for all processes)
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -392,6 +398,20 @@ class Box:
         try:
             with open(os.path.join(self.cgroup, "pids.events"), encoding="ascii") as handle:
                 return any(line.split()[1] != "0" for line in handle if line.startswith("max "))
+        except (OSError, IndexError):
+            return False
+
+    def memory_limit_hit(self) -> bool:
+        """Whether the run's memory cgroup ran out (its OOM killer ended a process of the run)."""
+        if not self.memory_cgroup:
+            return False
+        try:
+            with open(os.path.join(self.memory_cgroup, "memory.oom_control"), encoding="ascii") as handle:
+                killed = [line.split()[1] for line in handle if line.startswith("oom_kill ")]
+            if killed:
+                return killed[0] != "0"
+            with open(os.path.join(self.memory_cgroup, "memory.failcnt"), encoding="ascii") as handle:
+                return handle.read().strip() != "0"
         except (OSError, IndexError):
             return False
 
@@ -421,11 +441,70 @@ class Box:
             os.rmdir(self.live)
         except OSError:
             pass
-        if self.cgroup:
-            try:
-                os.rmdir(self.cgroup)
-            except OSError:
-                pass
+        for cgroup in (self.cgroup, self.memory_cgroup):
+            if cgroup:
+                _remove_cgroup(cgroup, CGROUP_EMPTY_SECONDS)
+
+
+def _remove_cgroup(path: str, patience: float = 0.0) -> bool:
+    """Remove a cgroup of ours once its last process is gone (killed processes take a moment to leave it)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+
+def _sweep_cgroups(root: str) -> None:
+    """Empty cgroups an earlier run of ours could not remove in time (older than a minute: never one being set up)."""
+    try:
+        names = [n for n in os.listdir(root) if n.startswith("skills-magic-")]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            if time.time() - os.stat(path).st_mtime > CGROUP_SWEEP_AGE_SECONDS:
+                _remove_cgroup(path)
+        except OSError:
+            continue
+
+
+def _memory_cgroup(limit: int) -> str | None:
+    """A memory cgroup of our own (v1) under the kernel's, with the run's memory limit for all its processes together,
+    where this user may make one; None elsewhere (each process still has its RLIMIT_DATA)."""
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as handle:
+            lines = [line.strip().split(":", 2) for line in handle]
+    except OSError:
+        return None
+    own = next((path for _id, controllers, path in lines if "memory" in controllers.split(",")), None)
+    root = os.path.join(MEMORY_CGROUP_ROOT, (own or "/").lstrip("/"))
+    if own is None or not os.path.isfile(os.path.join(root, "memory.limit_in_bytes")) or not os.access(root, os.W_OK):
+        return None
+    _sweep_cgroups(root)
+    try:
+        path = tempfile.mkdtemp(prefix="skills-magic-", dir=root)
+    except OSError:
+        return None
+    try:
+        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):  # memory, then memory and swap
+            if os.path.exists(os.path.join(path, name)):
+                with open(os.path.join(path, name), "w", encoding="ascii") as handle:
+                    handle.write(str(limit))
+        return path
+    except OSError:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+        return None
 
 
 def _make_cgroup(limit: int) -> str | None:
@@ -440,6 +519,7 @@ def _make_cgroup(limit: int) -> str | None:
                         continue
             except OSError:
                 continue
+        _sweep_cgroups(root)
         try:
             path = tempfile.mkdtemp(prefix="skills-magic-", dir=root)
         except OSError:
@@ -500,6 +580,7 @@ def prepare(folder: str, run: str, grants: Grants, *, home: str | None = None, p
     work = os.path.realpath(folder) if working and overlay_availability()[0] else None
     live = tempfile.mkdtemp(prefix="skills-magic-live-", dir=_live_root())
     cgroup = _make_cgroup(limits.processes)
+    memory_cgroup = _memory_cgroup(limits.memory)
     program = seccomp_program()
     seccomp_fd = None
     if program is not None:
@@ -516,7 +597,7 @@ def prepare(folder: str, run: str, grants: Grants, *, home: str | None = None, p
                                       os.path.join(socket_folder, "proxy.sock"), refusal=refusal or netproxy.refusal_line)
         proxy.start()
         forward = netproxy.forwarder_shell(proxy.socket_path, port=netproxy.SANDBOX_PROXY_PORT)
-    args = _layers(live, run, limits.write_bytes, cgroup, work, forward)
+    args = _layers(live, run, limits.write_bytes, (cgroup, memory_cgroup), work, forward)
     args += [shutil.which("prlimit") or "prlimit", f"--data={limits.memory}", f"--nproc={limits.processes}",
              f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + CPU_GRACE_SECONDS}", f"--fsize={limits.file_bytes}", "--core=0", "--"]
     args += [_bwrap(), "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent",
@@ -558,7 +639,7 @@ def prepare(folder: str, run: str, grants: Grants, *, home: str | None = None, p
              *[item for name, value in CACHE_ENVIRONMENT for item in ("--setenv", name, value)],
              "--setenv", "PYTHONDONTWRITEBYTECODE", "1",  # and the skill is its private copy: no __pycache__ there
              "--chdir", os.path.realpath(folder)]
-    return Box(folder, scratch, grants, live, cgroup, seccomp_fd, args, run, work, proxy)
+    return Box(folder, scratch, grants, live, cgroup, seccomp_fd, args, run, work, proxy, memory_cgroup)
 
 
 def explain_stop(box: Box, exit_code: int | None, stderr: str) -> str | None:
@@ -569,6 +650,9 @@ def explain_stop(box: Box, exit_code: int | None, stderr: str) -> str | None:
                 f"allow more with --processes {limits.processes * 2}")
     if exit_code in (None, 0):
         return None
+    if box.memory_limit_hit():
+        return (f"stopped: memory limit {size_text(limits.memory)} reached (all the run's processes together); "
+                f"allow more with --memory {grant_size(limits.memory * 2)}")
     tail = stderr[-4000:]
     if (re.search(r"No space left on device|\[Errno 28\]|ENOSPC", tail)
             or box.written_bytes() >= limits.write_bytes - 64 * 1024):

@@ -476,3 +476,31 @@ def test_bytes_swapped_while_the_gate_runs_never_run_and_the_audit_names_what_ra
     assert "refused by skills.lock" in outputs  # the race was real: some copies caught the evil bytes
     digest = hashlib.sha256(reviewed.encode()).hexdigest()
     assert {r["digest"] for r in session.audit() if r["event"] == "run"} <= {digest}
+
+
+def test_the_memory_limit_holds_for_all_the_runs_processes_together(place):
+    """Four processes of 100 MiB each stay under a 256 MiB limit one by one, not together."""
+    probe = sandbox._memory_cgroup(1 << 30)
+    if probe is None:
+        pytest.skip("no memory cgroup can be made here: the limit is per process (RLIMIT_DATA) only")
+    os.rmdir(probe)
+    session = session_with(place, "many.py", """
+        import os, sys, time
+        children = []
+        for _ in range(4):
+            pid = os.fork()
+            if pid == 0:
+                block = bytearray(100 * 1024 * 1024)  # zero-filled: every page is really used
+                time.sleep(3)
+                os._exit(0)
+            children.append(pid)
+        codes = [os.waitpid(pid, 0)[1] for pid in children]
+        print("all lived" if not any(codes) else "some were killed")
+        sys.exit(1 if any(codes) else 0)
+    """)
+    session.policy.rules.clear()
+    session.add_rule("allow", "x:scripts/many.py", limits={"memory": "256M"})
+    result = run(session, "many.py")
+    assert "all lived" not in result.stdout
+    assert result.stopped == ("stopped: memory limit 256 MiB reached (all the run's processes together); "
+                              "allow more with --memory 512M")
