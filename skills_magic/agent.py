@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skills_magic.disclosure import ResourceError, activation_text, deny_inline, read_resource
-from skills_magic.errors import DatabaseUnreadable
+from skills_magic.errors import DatabaseUnreadable, SkillsMagicError
 from skills_magic.listing import DEFAULT_BUDGET_CHARS, xml_listing
 from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, usage_of
 from skills_magic.skill import Skill
@@ -173,7 +173,7 @@ def tool_definitions(names: Sequence[str]) -> list[dict[str, Any]]:
     ]
 
 
-class ToolInputError(Exception):
+class ToolInputError(SkillsMagicError):
     """A tool call whose input does not fit the tool; answered with `is_error`, the run goes on."""
 
 
@@ -281,7 +281,7 @@ class Agent:
         self.ledger = ledger
         if ledger is not None:
             self.tools.append(experiment_tool(ledger[0]))
-        placeholders = getattr(model, "placeholders", None)
+        placeholders = getattr(model, "placeholders", None)  # declared by the protocol; a duck-typed client may omit it
         if isinstance(placeholders, dict) and session_id:
             placeholders[session_id] = "${CLAUDE_SESSION_ID}"
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from skills_magic.errors import InvalidArgument
 from skills_magic.models.base import ModelError
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def run_batch(model: AnthropicModel, requests: Mapping[str, Mapping[str, Any]], 
 
 
 def _prepare(model: Any, requests: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    if not callable(getattr(model, "client", None)) or not callable(getattr(model, "_secret", None)):
+    if not getattr(model, "supports_batches", False):  # the protocol's default: a duck-typed client may omit it
         name = getattr(model, "name", type(model).__name__)
         raise TypeError(f"Message Batches go through the Anthropic API: run_batch needs an AnthropicModel, "
                         f"not {name!r}")
@@ -116,7 +117,7 @@ def _prepare(model: Any, requests: Mapping[str, Mapping[str, Any]]) -> dict[str,
 def _batch_ids(batch_id: str | Sequence[str] | None) -> list[str]:
     ids = [batch_id] if isinstance(batch_id, str) else list(batch_id or [])
     if any(not isinstance(i, str) or not i.strip() for i in ids):
-        raise ValueError(f"a batch id to resume must be a non-empty string such as 'msgbatch_...', not {batch_id!r}")
+        raise InvalidArgument(f"a batch id to resume must be a non-empty string such as 'msgbatch_...', not {batch_id!r}")
     return ids
 
 
@@ -184,11 +185,11 @@ class _Run:
         import anthropic
         import httpx2
 
-        from skills_magic.models.anthropic import _error
+        from skills_magic.models.anthropic import model_error
 
-        secret = self.model._secret()
+        secret = self.model.api_key
         if isinstance(error, anthropic.AnthropicError):
-            mapped = _error(error, secret)
+            mapped = model_error(error, secret)
         elif isinstance(error, httpx2.HTTPError):  # the results stream broke after its response began
             mapped = ModelError(f"the batch results stopped arriving: {_one_line(str(error), secret)}",
                                 kind="connection")
@@ -247,7 +248,7 @@ class _Run:
 
     def _results(self, batches: Any, ids: list[str], requests: dict[str, dict[str, Any]]
                  ) -> tuple[dict[str, dict], dict[str, tuple[str, bool]]]:
-        secret = self.model._secret()
+        secret = self.model.api_key
         succeeded: dict[str, dict] = {}
         failed: dict[str, tuple[str, bool]] = {}
         for batch_id in ids:

@@ -96,7 +96,7 @@ def _validate(args) -> int:
 
 
 def _skill_folders(paths: Sequence[str]) -> list[str]:
-    from skills_magic.catalog import find_skill_files
+    from skills_magic.find import find_skill_files
     from skills_magic.skill import find_skill_md
 
     folders = []

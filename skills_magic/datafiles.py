@@ -6,16 +6,21 @@ import json
 import os
 from typing import Any
 
+from skills_magic.errors import SkillsMagicError
 
-class DataFileError(ValueError):
+
+class DataFileError(SkillsMagicError, ValueError):
     """A file that is not valid YAML or JSON."""
 
 
 def read_yaml_or_json(path: str | os.PathLike) -> Any:
     """The data in a .json file, or in YAML for any other name (YAML is a superset of JSON)."""
     path = os.fspath(path)
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except UnicodeDecodeError as error:
+        raise DataFileError(f"{os.path.basename(path)} is not UTF-8 text: {error}") from None
     try:
         if path.endswith(".json"):
             return json.loads(text)

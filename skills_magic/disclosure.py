@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from skills_magic.errors import SkillsMagicError
 from skills_magic.skill import SKILL_FILENAMES, Skill
 
 MAX_RESOURCES_LISTED = 200  # a skill with more files lists this many and says how many more there are
@@ -22,7 +23,7 @@ RESOURCE_SKIPPED_FOLDERS = frozenset({".git", "__pycache__", "node_modules", ".v
 _PLACEHOLDER = re.compile(r"\$\{(SKILL_DIR|CLAUDE_SKILL_DIR|CLAUDE_SESSION_ID)\}|\$ARGUMENTS\[(\d+)\]|\$ARGUMENTS\b|\$(\d+)\b")
 
 
-class ResourceError(Exception):
+class ResourceError(SkillsMagicError):
     """A resource that cannot be given to the model; the message goes back as an `is_error` tool result."""
 
 
@@ -36,7 +37,7 @@ def substitute(body: str, arguments: Sequence[str], skill_dir: str, session_id: 
     return substitution.appended(substitution.text(body, skill_dir))
 
 
-class InlineQuotingError(ValueError):
+class InlineQuotingError(SkillsMagicError, ValueError):
     """A placeholder in an inline command at a place where no quoting can be sure to keep it one literal word."""
 
 

@@ -72,3 +72,15 @@ class UnknownChange(SkillsMagicError, LookupError):
 
 class ChangeError(SkillsMagicError, ValueError):
     """A run's change that cannot be read or applied as asked (a deleted file has no new bytes, a link no text)."""
+
+
+class InvalidArgument(SkillsMagicError, ValueError):
+    """An option or argument has a value it cannot take, or options that need each other were given apart."""
+
+
+class InvalidSetting(SkillsMagicError, ValueError):
+    """An environment variable that skills_magic reads (SKILLS_MAGIC_SOURCES, the retry count) has a value it refuses."""
+
+
+class SkillNotWritten(SkillsMagicError, ValueError):
+    """`%%skill write` could not make the skill's folder or write its SKILL.md."""

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from skills_magic.agent import Agent
+from skills_magic.errors import InvalidArgument, SkillsMagicError
 from skills_magic.models.base import ModelClient, ModelError, usage_of
 from skills_magic.skill import Skill
 
@@ -33,7 +34,7 @@ FORCED_PREAMBLE = (
 JUDGE_TOOL_NAME = "record_judgement"
 
 
-class PromptSetError(ValueError):
+class PromptSetError(SkillsMagicError, ValueError):
     """A prompt set that cannot be read."""
 
 
@@ -219,9 +220,9 @@ def run_eval(skills: Sequence[Skill], client: ModelClient, model_id: str, items:
              on_progress: Callable[[int, int], None] | None = None) -> EvalReport:
     """Run every prompt `runs` times through the agent loop, limited to its first turns."""
     if strategy not in ("plain", "forced"):
-        raise ValueError(f"a strategy is plain or forced, not {strategy!r}")
+        raise InvalidArgument(f"a strategy is plain or forced, not {strategy!r}")
     if runs < 1:
-        raise ValueError("at least one run per prompt")
+        raise InvalidArgument("at least one run per prompt")
     report = EvalReport(label or strategy, list(items), runs=runs)
     total, done = len(items) * runs, 0
     for item in items:

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skills_magic.errors import SkillsMagicError
+
 DEFAULT_TIMEOUT_SECONDS = 60.0  # a helper script that runs longer is stuck, not thorough
 LIMIT_CHECK_SECONDS = 0.02  # how often a sandboxed run's process count is checked against its limit
 STOP_GRACE_SECONDS = 5.0  # a stopped sandbox gets this long to copy its outputs out before everything is killed
@@ -42,7 +44,7 @@ ALLOWED_ENVIRONMENT_PREFIXES = (
 )
 
 
-class ScriptError(Exception):
+class ScriptError(SkillsMagicError):
     """A script that cannot be started (outside the skill, missing, not runnable)."""
 
 

@@ -9,7 +9,6 @@ answer is deny, and the message says which rule would pre-approve the run.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
 import shutil
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from skills_magic import execute, hints, sandbox
+from skills_magic.clock import utc_now
+from skills_magic.errors import SkillsMagicError
 from skills_magic.execute import (
     ScriptError,
     ScriptRun,
@@ -66,7 +67,7 @@ class PermissionRequest:
         return "\n".join(lines)
 
 
-class Unattended(Exception):
+class Unattended(SkillsMagicError):
     """Nobody can answer a prompt here (the kernel takes no input)."""
 
 
@@ -109,10 +110,6 @@ def _digest_or_none(path: str) -> str | None:
         return digest(path)
     except OSError:
         return None
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Gate:
@@ -194,7 +191,7 @@ class Gate:
         return False, "the user: deny"
 
     def _record(self, event: str, skill: str, path: str, **facts: Any) -> None:
-        self.audit({"at": _now(), "event": event, "skill": skill, "path": path, **facts})
+        self.audit({"at": utc_now(), "event": event, "skill": skill, "path": path, **facts})
 
     def _private_copy(self, skill: Skill) -> PrivateCopy:
         """The skill's files copied aside (the reviewed bytes, for a reviewed skill), hashed as they were copied:

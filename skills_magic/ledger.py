@@ -9,13 +9,13 @@ racing writers judge a prediction.
 
 from __future__ import annotations
 
-import datetime
 import re
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from skills_magic.clock import utc_now
 from skills_magic.db import Database
 from skills_magic.errors import SkillsMagicError
 
@@ -127,10 +127,6 @@ class PlanState:
         return f"{self.plan}: {self.total} entries, {self.open_count} open predictions"
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _text(value: Any, what: str) -> str:
     if value is not None and not isinstance(value, str):
         raise EmptyText(f"the {what} must be text, not {type(value).__name__}")
@@ -185,7 +181,7 @@ class Ledger:
             number = db.execute("SELECT COALESCE(MAX(number), 0) + 1 FROM ledger_entries WHERE plan = ? AND kind = ?",
                                 (plan, kind)).fetchone()[0]
             label = f"{PREFIX[kind]}{number}"
-            columns = {"plan": plan, "kind": kind, "number": number, "label": label, "text": text, "at": _now(),
+            columns = {"plan": plan, "kind": kind, "number": number, "label": label, "text": text, "at": utc_now(),
                        "session": self.session, **links}
             cursor = db.execute(f"INSERT INTO ledger_entries ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                                 list(columns.values()))

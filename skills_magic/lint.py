@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from skills_magic.find import find_skill_files
 from skills_magic.skill import Skill, find_skill_md
 from skills_magic.validate import MAX_DESCRIPTION_LENGTH, load_skill
 
@@ -216,8 +217,6 @@ def lint_path(path: str | os.PathLike) -> list[tuple[str, list[Finding]]]:
     Paths are as found (not resolved), in the catalog's stable search order. A path with no skill at all is one
     `unloadable` entry, so a mistyped folder is never a silent success.
     """
-    from skills_magic.catalog import find_skill_files
-
     path = os.fspath(path)
     if not os.path.isdir(path):
         return [(path, _lint_file(path))]

@@ -293,7 +293,7 @@ class SkillsMagics(Magics):
         args = self.parser.parse_args(argv)
         try:
             return getattr(self, f"_{args.command}")(args)
-        except (SkillsMagicError, ValueError) as error:
+        except SkillsMagicError as error:
             raise UsageError(str(error)) from None
 
     def _show_path(self, path: str) -> str:
@@ -332,7 +332,7 @@ class SkillsMagics(Magics):
         if client is None:
             chosen = "anthropic (ANTHROPIC_API_KEY is set)" if os.environ.get("ANTHROPIC_API_KEY") else "none yet (no ANTHROPIC_API_KEY)"
             return display.ModelView("auto", self.session.resolve_model_id_only(), f"runs use {chosen}")
-        source = getattr(client, "source", None) or getattr(client, "path", None)
+        source = getattr(client, "source", None)  # declared by the protocol; a duck-typed client may omit it
         shown = source if source == "keyword router" else (self._show_path(source) if source else "")
         return display.ModelView(client.name, self.session.resolve_model_id(client, None, None), shown)
 
@@ -498,7 +498,7 @@ class SkillsMagics(Magics):
                 if entry is None:
                     raise UsageError(f"{outcome.error}; nothing was recorded")
             return display.LedgerEntryView(entry, self._db_path())
-        except (SkillsMagicError, ValueError) as error:
+        except SkillsMagicError as error:
             raise UsageError(str(error)) from None
 
     def _db_path(self) -> str:
@@ -560,7 +560,7 @@ class SkillsMagics(Magics):
                     return BackgroundRun(self.session, task, name, arguments, dict(
                         model=args.model, max_turns=args.max_turns, record=args.record, replay=args.replay)).start()
                 result = self._run_model(task, name, arguments, args)
-        except (SkillsMagicError, ValueError) as error:
+        except SkillsMagicError as error:
             raise UsageError(str(error)) from None
         return display.RunView(result, self.session.last_run_seconds)
 
@@ -597,7 +597,7 @@ class SkillsMagics(Magics):
                 claims, votes=args.votes, refutations=args.refutations, concurrency=args.concurrency, model=args.model,
                 voters=args.voter, timeout=args.timeout, max_claims=args.max_claims, ledger_plan=args.ledger,
                 on_vote=board.update if board else None, on_ready=show_board)
-        except (SkillsMagicError, ValueError) as error:
+        except SkillsMagicError as error:
             raise UsageError(str(error)) from None
         view = display.VotesView(result)
         if board is not None:
@@ -616,7 +616,7 @@ class SkillsMagics(Magics):
             raise UsageError(f"{name!r} is not a skill folder name")
         try:
             verdict, skill = self.session.write_skill(name, cell, folder)
-        except ValueError as error:
+        except SkillsMagicError as error:
             raise UsageError(str(error)) from None
         from skills_magic.lint import lint_skill
 

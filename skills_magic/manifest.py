@@ -14,7 +14,6 @@ skill's folder but `private_copy`: bytes read once, hashed and written as read, 
 
 from __future__ import annotations
 
-import datetime
 import errno
 import hashlib
 import os
@@ -27,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from skills_magic.clock import utc_now
 from skills_magic.errors import SkillsMagicError
 
 LOCK_FILE = "skills.lock"  # in the session's folder
@@ -353,7 +353,7 @@ class Manifest:
         skills = self.read()
         skills[skill] = {
             "version": version,
-            "reviewed": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "reviewed": utc_now(whole_seconds=True),
             "files": {f.path: {"sha256": f.sha256, "bytes": f.size} for f in files},
         }
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)

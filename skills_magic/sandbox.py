@@ -30,6 +30,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from skills_magic.errors import InvalidArgument
+
 MiB = 1024 * 1024
 DEFAULT_MEMORY_BYTES = 2048 * MiB  # per process (RLIMIT_DATA): far above a helper script, far below the machine
 DEFAULT_PROCESSES = 256  # processes and threads together: a build or a pool fits, a fork bomb does not
@@ -171,12 +173,12 @@ def grant_size(n: int) -> str:
 
 
 def parse_size(text: str | int) -> int:
-    """`512M`, `4G`, `1.5G`, `100000` -> bytes; a clear ValueError otherwise."""
+    """`512M`, `4G`, `1.5G`, `100000` -> bytes; a clear InvalidArgument (a ValueError) otherwise."""
     if isinstance(text, int):
         return text
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
     if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a size: write e.g. 512M or 4G")
+        raise InvalidArgument(f"{text!r} is not a size: write e.g. 512M or 4G")
     scale = {"": 1, "K": 1024, "M": MiB, "G": 1024 * MiB, "T": 1024 * 1024 * MiB}[match.group(2).upper()]
     return int(float(match.group(1)) * scale)
 

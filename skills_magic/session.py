@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from skills_magic.catalog import Catalog, CatalogScan, Source, default_sources
-from skills_magic.errors import NotASkillSource, SkillNotFound, SourceNotFound
+from skills_magic.clock import utc_now
+from skills_magic.errors import InvalidArgument, NotASkillSource, SkillNotFound, SkillNotWritten, SourceNotFound
 from skills_magic.listing import DEFAULT_BUDGET_CHARS, Listing, text_listing
 from skills_magic.skill import Diagnostic, Skill
 from skills_magic.validate import Verdict, validate_folder, validate_path
@@ -117,7 +118,7 @@ class SkillsSession:
     def listing(self, budget: int | None = None, source: str | None = None) -> tuple[CatalogScan, Listing, str]:
         """The text listing under `budget` characters (None: the session's budget; 0: everything)."""
         if budget is not None and budget < 0:
-            raise ValueError(f"a budget is a number of characters, not {budget}")
+            raise InvalidArgument(f"a budget is a number of characters, not {budget}")
         scan = self.scan()
         budget = self.budget if budget is None else budget
         cached = self._listings.get((budget, source))
@@ -171,7 +172,8 @@ class SkillsSession:
         elif kind == "keywords":  # offline: activates by keyword overlap, as measurements say models largely do
             from skills_magic.models.scripted import ScriptedModel, keyword_router
 
-            self.model_client = ScriptedModel(responder=keyword_router(int(value) if value else 2), source="keyword router")
+            overlap = _whole_number(value, "keywords [N]") if value else 2
+            self.model_client = ScriptedModel(responder=keyword_router(overlap), source="keyword router")
         elif kind == "replay":
             from skills_magic.models.replay import ReplayModel
 
@@ -349,7 +351,7 @@ class SkillsSession:
 
                 seats.append(v.ScriptVoter(run, f"{skill.name}:{path}"))
             else:
-                raise ValueError(f"a voter is `model` or `script:SKILL:PATH`, not {spec!r}")
+                raise InvalidArgument(f"a voter is `model` or `script:SKILL:PATH`, not {spec!r}")
         n_votes = votes or v.VOTES_PER_CLAIM
         while voters and len(seats) < n_votes:  # seats not given are model seats
             seats.append(model_seat())
@@ -375,12 +377,12 @@ class SkillsSession:
         from skills_magic import evals
 
         if resume and not batch:
-            raise ValueError("--resume continues a batch run: add --batch")
+            raise InvalidArgument("--resume continues a batch run: add --batch")
         items = evals.load_prompt_set(self._path(path))
         client = self.client()
-        if batch and client.name != "anthropic":
-            raise ValueError(f"--batch sends requests through the Message Batches API: it needs the Anthropic client "
-                             f"(ANTHROPIC_API_KEY, or %skills model anthropic), not {client.name!r}")
+        if batch and not getattr(client, "supports_batches", False):  # the protocol's default for a duck-typed client
+            raise InvalidArgument(f"--batch sends requests through the Message Batches API: it needs the Anthropic client "
+                                  f"(ANTHROPIC_API_KEY, or %skills model anthropic), not {client.name!r}")
         if isinstance(resume, str) and "," in resume:
             resume = [part.strip() for part in resume.split(",") if part.strip()]  # every batch of the run, retries too
         model_id = self.resolve_model_id(client, model, None)
@@ -435,7 +437,7 @@ class SkillsSession:
             with open(os.path.join(target, "SKILL.md"), "w", encoding="utf-8") as handle:
                 handle.write(text if text.endswith("\n") else text + "\n")
         except OSError as error:
-            raise ValueError(f"cannot write {os.path.relpath(target, self.cwd)}/SKILL.md: {error.strerror or error}") from None
+            raise SkillNotWritten(f"cannot write {os.path.relpath(target, self.cwd)}/SKILL.md: {error.strerror or error}") from None
         self.catalog.add(root)
         from skills_magic.validate import load_skill
 
@@ -479,7 +481,7 @@ class SkillsSession:
         target = os.path.join(self.cwd, os.path.expanduser(path)) if path else os.path.join(self.cwd, POLICY_FILE)
         report = self.policy.trust_file(target, revoke=revoke)
         if not revoke or report.sha256:
-            self._audit({"at": _utc_now(), "event": "revoke" if revoke else "trust", "skill": "*",
+            self._audit({"at": utc_now(), "event": "revoke" if revoke else "trust", "skill": "*",
                          "path": self.show_path(report.path), "digest": report.sha256,
                          "decision": "deny" if revoke else "allow", "decided_by": "the user: %skills trust",
                          "detail": f"{len(report.rules)} rules, {len(report.problems)} refused or dropped"
@@ -502,7 +504,7 @@ class SkillsSession:
         written = bool(needed and confirm is not None and confirm())
         if written:
             self.manifest.write(skill.name, skill.folder, skill.version, files)
-            self._audit({"at": _utc_now(), "event": "review", "skill": skill.name, "path": "*", "decision": "allow",
+            self._audit({"at": utc_now(), "event": "review", "skill": skill.name, "path": "*", "decision": "allow",
                          "decided_by": "the reviewer", "detail": f"{len(changes)} files recorded in skills.lock"})
         return skill, changes, written
 
@@ -557,7 +559,7 @@ class SkillsSession:
             from skills_magic.models.replay import RecordingModel
 
             client = RecordingModel(client, os.path.join(self.cwd, record))
-        placeholders = getattr(client, "placeholders", None)
+        placeholders = getattr(client, "placeholders", None)  # declared by the protocol; a duck-typed client may omit it
         run_script, expand_inline = self._script_runner(asker or self.asker,
                                                         placeholders if isinstance(placeholders, dict) else None)
         ledger = self._ledger_tool(chosen)
@@ -682,12 +684,12 @@ class SkillsSession:
                     sha = digest(change.file) if change.file and change.link is None else None
                 except OSError:
                     sha = None
-                self._audit({"at": _utc_now(), "event": "apply", "skill": skill, "path": change.path, "digest": sha,
+                self._audit({"at": utc_now(), "event": "apply", "skill": skill, "path": change.path, "digest": sha,
                              "decision": "allow", "decided_by": "the user: %skills apply",
                              "detail": f"{change.summary()} from {change.run_id}"})
             for change, reason in part.refused:
                 shown = change.path if hasattr(change, "path") else str(change)
-                self._audit({"at": _utc_now(), "event": "apply", "skill": skill, "path": shown, "decision": "deny",
+                self._audit({"at": utc_now(), "event": "apply", "skill": skill, "path": shown, "decision": "deny",
                              "decided_by": "the apply checks", "detail": f"refused from {os.path.basename(folder)}: {reason}"})
             report = report.merge(part)
         return report
@@ -825,16 +827,16 @@ def _run_in_loop_thread(make_coroutine):
     return box["result"]
 
 
-def _utc_now() -> str:
-    import datetime
-
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _required(value: str | None, usage: str) -> str:
     if not value:
-        raise ValueError(f"usage: %skills model {usage}")
+        raise InvalidArgument(f"usage: %skills model {usage}")
     return value
+
+
+def _whole_number(value: str, usage: str) -> int:
+    if not value.isdigit():
+        raise InvalidArgument(f"usage: %skills model {usage} (N a whole number), not {value!r}")
+    return int(value)
 
 
 def _is_under(path: str, root: str) -> bool:

@@ -8,7 +8,6 @@ Nothing here knows what a rule is: the policy reads the file, this module says w
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
@@ -16,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from skills_magic.clock import utc_now
 from skills_magic.errors import SkillsMagicError
 
 APP_NAME = "skills-magic"  # the folder name under the platform's config folder (~/.config/skills-magic on Linux)
@@ -143,7 +143,7 @@ class TrustStore:
         with self._locked():
             records = self.records()
             previous = (records.get(real) or {}).get("sha256")
-            records[real] = {"sha256": sha256, "trusted_at": _utc_now()}
+            records[real] = {"sha256": sha256, "trusted_at": utc_now(whole_seconds=True)}
             self._write(records)
         return previous
 
@@ -203,7 +203,3 @@ def write_atomically(path: str, text: str) -> None:
         except OSError:
             pass
         raise
-
-
-def _utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

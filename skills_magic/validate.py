@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from skills_magic.find import find_skill_files
 from skills_magic.skill import (
     EXTENSION_FIELDS,
     SPEC_FIELDS,
@@ -280,8 +281,6 @@ def validate_path(path: str | os.PathLike) -> list[Verdict]:
         return [validate_folder(path)]
     if os.path.isfile(path) or find_skill_md(path) is not None:
         return [validate_folder(path)]
-    from skills_magic.catalog import find_skill_files
-
     found = [validate_folder(os.path.dirname(p)) for p in find_skill_files(path, include_hidden=True)]
     return found or [validate_folder(path)]
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
+from skills_magic.errors import InvalidArgument, SkillsMagicError
 from skills_magic.models.base import ModelClient, ModelError, usage_of
 
 VOTES_PER_CLAIM = 3  # independent checks per claim: one careless voter cannot decide alone
@@ -46,7 +47,7 @@ class Claim(BaseModel):
     source: str | None = None
 
 
-class ClaimsError(ValueError):
+class ClaimsError(SkillsMagicError, ValueError):
     """Claims that cannot be read (not a list of {claim, quote, source})."""
 
 
@@ -235,9 +236,9 @@ async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_c
                  on_vote: Callable[[ClaimResult, Vote], None] | None = None) -> VerificationResult:
     """Every vote of every claim at once, at most `concurrency` in flight; `on_vote` hears each one as it lands."""
     if votes_per_claim < 1 or refutations_required < 1 or concurrency < 1:
-        raise ValueError("votes, refutations and concurrency must each be at least 1")
+        raise InvalidArgument("votes, refutations and concurrency must each be at least 1")
     if not seats:
-        raise ValueError("at least one voter is needed")
+        raise InvalidArgument("at least one voter is needed")
     chosen, rest = list(claims)[:max_claims], list(claims)[max_claims:]
     results = [ClaimResult(i, claim, [Vote(i, seat + 1, seats[seat % len(seats)].kind) for seat in range(votes_per_claim)])
                for i, claim in enumerate(chosen)]

@@ -12,6 +12,7 @@ import os
 import threading
 from typing import Any
 
+from skills_magic.errors import InvalidSetting
 from skills_magic.models.base import ModelError, Request, Response, TextCallback
 
 DEFAULT_MODEL = "claude-sonnet-5-5"  # a current Claude model; `%skills model`, SKILLS_MAGIC_MODEL or --model change it
@@ -54,7 +55,7 @@ def _retries_from_environment() -> int:
     if not value:
         return DEFAULT_MAX_RETRIES
     if not value.isdigit():
-        raise ValueError(f"{RETRIES_VARIABLE} must be a whole number of retries, not {value!r}")
+        raise InvalidSetting(f"{RETRIES_VARIABLE} must be a whole number of retries, not {value!r}")
     return int(value)
 
 
@@ -62,7 +63,8 @@ def _scrub(text: str, secret: str | None) -> str:
     return text.replace(secret, "[redacted]") if secret else text
 
 
-def _error(error: Exception, secret: str | None) -> ModelError:
+def model_error(error: Exception, secret: str | None) -> ModelError:
+    """An SDK error as a ModelError of one sentence, with `secret` (the API key) scrubbed from it."""
     import anthropic
 
     if isinstance(error, anthropic.APITimeoutError):
@@ -91,6 +93,8 @@ class AnthropicModel:
     """The Messages API through `anthropic.Anthropic` / `anthropic.AsyncAnthropic`."""
 
     name = "anthropic"
+    supports_batches = True  # `skills_magic.batch` sends Message Batches through `client()`
+    source = None  # the API itself: nothing to show
 
     def __init__(self, model: str | None = None, *, api_key: str | None = None, base_url: str | None = None,
                  max_retries: int | None = None, timeout: float = DEFAULT_TIMEOUT_SECONDS,
@@ -108,7 +112,9 @@ class AnthropicModel:
     def __repr__(self) -> str:  # never shows the key
         return f"AnthropicModel(model={self.model!r}, base_url={self.base_url!r}, max_retries={self.max_retries})"
 
-    def _secret(self) -> str | None:
+    @property
+    def api_key(self) -> str | None:
+        """The key the calls use (given, else ANTHROPIC_API_KEY), so that messages can be scrubbed of it."""
         return self._api_key or os.environ.get("ANTHROPIC_API_KEY")
 
     def _options(self) -> dict[str, Any]:
@@ -147,7 +153,7 @@ class AnthropicModel:
                         on_text(text)
                     message = stream.get_final_message()
         except anthropic.AnthropicError as error:
-            raise _error(error, self._secret()) from None
+            raise model_error(error, self.api_key) from None
         return message.model_dump(mode="json", exclude_none=True)
 
     async def acreate(self, request: Request) -> Response:
@@ -156,5 +162,5 @@ class AnthropicModel:
         try:
             message = await self.async_client().messages.create(**request)
         except anthropic.AnthropicError as error:
-            raise _error(error, self._secret()) from None
+            raise model_error(error, self.api_key) from None
         return message.model_dump(mode="json", exclude_none=True)

@@ -64,6 +64,7 @@ class RecordingModel(_Placeholders):
         self.name = f"{inner.name}+record"
         self.model = getattr(inner, "model", None)
         self.path = os.fspath(path)
+        self.source = self.path  # the cassette being written
         self.exchanges: list[dict[str, Any]] = []
         try:  # before any model call: a cassette that cannot be written must not cost a paid call first
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
@@ -105,6 +106,7 @@ class ReplayModel(_Placeholders):
     def __init__(self, path: str | os.PathLike):
         super().__init__()
         self.path = os.fspath(path)
+        self.source = self.path  # the cassette being replayed
         not_a_cassette = ReplayMismatch(f"{os.path.basename(self.path)} is not a version-{CASSETTE_VERSION} skills-magic cassette")
         try:
             with open(self.path, encoding="utf-8") as handle:

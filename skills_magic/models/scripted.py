@@ -23,12 +23,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from skills_magic.errors import SkillsMagicError
 from skills_magic.models.base import ModelError, Request, Response, TextCallback
 
 Turn = str | dict[str, Any] | Callable[[Request], Any]
 
 
-class TurnsError(ValueError):
+class TurnsError(SkillsMagicError, ValueError):
     """A script of turns that does not have the expected shape."""
 
 
