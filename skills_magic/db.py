@@ -11,6 +11,7 @@ only reads (no migration, no WAL switch), so `skills-magic ledger check` works o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -149,49 +150,40 @@ def unusable(path: str, error: BaseException, hint: str | None = None) -> Databa
     return DatabaseUnreadable(path, (str(error).splitlines() or [type(error).__name__])[0], hint)
 
 
-def _translate(connection: sqlite3.Connection, error: sqlite3.Error) -> None:
-    found = unusable(getattr(connection, "file_path", "?"), error, getattr(connection, "hint", None))
-    if found is not None:
-        raise found from None
+@contextlib.contextmanager
+def _file_errors_named(connection: sqlite3.Connection):
+    """Turn an SQLite error that means "this file cannot be used" into DatabaseUnreadable naming the file."""
+    try:
+        yield
+    except sqlite3.Error as error:
+        found = unusable(getattr(connection, "file_path", "?"), error, getattr(connection, "hint", None))
+        if found is not None:
+            raise found from None
+        raise
 
 
 class _Cursor(sqlite3.Cursor):
     """A cursor whose errors about the file (damaged pages found while reading rows too) are DatabaseUnreadable."""
 
     def execute(self, sql, parameters=(), /):
-        try:
+        with _file_errors_named(self.connection):
             return super().execute(sql, parameters)
-        except sqlite3.Error as error:
-            _translate(self.connection, error)
-            raise
 
     def fetchone(self):
-        try:
+        with _file_errors_named(self.connection):
             return super().fetchone()
-        except sqlite3.Error as error:
-            _translate(self.connection, error)
-            raise
 
     def fetchall(self):
-        try:
+        with _file_errors_named(self.connection):
             return super().fetchall()
-        except sqlite3.Error as error:
-            _translate(self.connection, error)
-            raise
 
     def fetchmany(self, size: int = 1):
-        try:
+        with _file_errors_named(self.connection):
             return super().fetchmany(size)
-        except sqlite3.Error as error:
-            _translate(self.connection, error)
-            raise
 
     def __next__(self):
-        try:
+        with _file_errors_named(self.connection):
             return super().__next__()
-        except sqlite3.Error as error:
-            _translate(self.connection, error)
-            raise
 
 
 class _Connection(sqlite3.Connection):

@@ -69,6 +69,15 @@ class ScriptRun:
     hint: str | None = None  # when it failed: one line naming the likely cause and the grant or command that fixes it
     stopped: str | None = None  # the limit that ended the run and the grant that raises it, if one did
 
+    @property
+    def failed(self) -> bool:
+        return bool(self.stopped or self.timed_out or self.exit_code != 0)
+
+    @property
+    def ending(self) -> str:
+        """How it ended, in a few words: the limit's line, `timed out`, or `exit code N`."""
+        return self.stopped or ("timed out" if self.timed_out else f"exit code {self.exit_code}")
+
 
 def clean_environment(environ: Mapping[str, str] | None = None, granted: Sequence[str] = ()) -> dict[str, str]:
     """The allowlisted part of the kernel's environment (ALLOWED_ENVIRONMENT), plus what a rule `granted`.

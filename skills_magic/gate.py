@@ -126,10 +126,9 @@ class Gate:
         # where scripts and inline commands run: the session's (the notebook's) folder, seen copy-on-write
         self.working_folder = os.path.realpath(working_folder) if working_folder else None
 
-    def _sandbox(self, skill: str, subject: str, folder: str, skill_copy: tuple[str, str] | None = None
-                 ) -> tuple[Any, str | None]:
+    def _sandbox(self, skill: str, subject: str, folder: str, grants: sandbox.Grants,
+                 skill_copy: tuple[str, str] | None = None) -> tuple[Any, str | None]:
         """(a prepared sandbox Box, None), or (None, None) for an allowed unsandboxed run, or (None, refusal)."""
-        grants = self.policy.grants(skill, subject)
         ok, why = sandbox.availability()
         if ok:
             if self.scratch_cap is not None:
@@ -148,21 +147,29 @@ class Gate:
         return None, (f"refused: no sandbox can be made here ({why}); to run it without one anyway: "
                       f"%skills allow {hint} --unsandboxed")
 
-    def _timeout(self, skill: str, subject: str, default: float | None = None) -> float:
+    def _copied_sandbox(self, skill: Skill, subject: str, grants: sandbox.Grants, copy: PrivateCopy
+                        ) -> tuple[Any, str | None, str, str]:
+        """(box, refusal, the working folder, the skill's folder as the process sees it) for a run from `copy`."""
+        real_folder = os.path.realpath(skill.folder)
+        working = self.working_folder or real_folder
+        mount = _copy_mount(copy.folder, real_folder, working)
+        box, refusal = self._sandbox(skill.name, subject, working, grants, mount)
+        # in the sandbox the copy is shown where `mount` says; without one, the copy's own path is used
+        return box, refusal, working, mount[1] if box is not None else copy.folder
+
+    def _timeout(self, grants: sandbox.Grants, default: float | None = None) -> float:
         """A `--timeout` grant, else the gate's own timeout."""
-        granted = self.policy.grants(skill, subject).limits.wall_seconds
+        granted = grants.limits.wall_seconds
         return float(granted) if granted else (default if default is not None else self.timeout)
 
-    def _explained(self, run: ScriptRun, skill: str, subject: str) -> ScriptRun:
+    def _explained(self, run: ScriptRun, skill: str, subject: str, grants: sandbox.Grants) -> ScriptRun:
         """The run with a hint line when it failed for a reason the user can fix (a grant, a missing program)."""
-        if run.exit_code == 0 and not run.timed_out and not run.refused_hosts:
+        if not run.failed and not run.refused_hosts:
             return run
-        grants = self.policy.grants(skill, subject)
         hint = hints.failure_hint(run.stderr, run.exit_code, run.timed_out, skill=skill, subject=subject,
                                   network=grants.network, hosts=grants.hosts, refused_hosts=run.refused_hosts,
                                   working_folder=self.working_folder,
-                                  working_copy_on_write=run.working_folder is not None, writable=grants.writable,
-                                  stdout=run.stdout)
+                                  working_copy_on_write=run.working_folder is not None, stdout=run.stdout)
         if run.stopped and hint and not hint.startswith("hint: the sandbox refused"):
             hint = None  # the limit's own line already says what to do
         return dataclasses.replace(run, hint=hint) if hint else run
@@ -246,18 +253,15 @@ class Gate:
                      decided_by=decided_by)
         if not allowed:
             return Outcome(False, decided_by, error=f"denied: {decided_by}")
-        real_folder = os.path.realpath(skill.folder)
-        working = self.working_folder or real_folder
-        box, refusal = self._sandbox(skill.name, path, working, _copy_mount(copy.folder, real_folder, working))
+        grants = self.policy.grants(skill.name, path)  # once: the sandbox, the timeout and the hint read the same
+        box, refusal, working, skill_root = self._copied_sandbox(skill, path, grants, copy)
         if refusal:
             self._record("decision", skill.name, path, digest=script_digest, decision="deny", decided_by="the sandbox",
                          detail=refusal)
             return Outcome(False, "the sandbox", error=refusal)
-        # in the sandbox the copy is mounted at the skill's own folder; without one, the copy's path is used
-        skill_root = _copy_mount(copy.folder, real_folder, working)[1] if box is not None else copy.folder
         try:
-            run = run_script(working, path, arguments, stdin, timeout=self._timeout(skill.name, path),
-                             granted_env=self.policy.granted_env(skill.name, path), sandbox=box,
+            run = run_script(working, path, arguments, stdin, timeout=self._timeout(grants), granted_env=grants.env,
+                             sandbox=box,
                              target=os.path.join(skill_root, *path.split("/")), digest=script_digest,
                              import_root=skill_root)
         except ScriptError as error:
@@ -265,7 +269,7 @@ class Gate:
                 box.close()
             self._record("run", skill.name, path, digest=script_digest, detail=str(error))
             return Outcome(True, decided_by, error=str(error))
-        run = self._explained(masked(run), skill.name, path)
+        run = self._explained(masked(run), skill.name, path, grants)
         self._record("run", skill.name, path, digest=run.sha256, exit_code=run.exit_code, seconds=round(run.seconds, 6),
                      detail=run.stopped or ("timed out" if run.timed_out else ("output cut" if run.truncated else None)))
         return Outcome(True, decided_by, run=run)
@@ -279,14 +283,14 @@ class Gate:
         self._record("decision", owner, subject, decision="allow" if allowed else "deny", decided_by=decided_by)
         if not allowed:
             return Outcome(False, decided_by, error=f"denied: {decided_by}")
-        box, refusal = self._sandbox(owner, subject, folder)
+        grants = self.policy.grants(owner, subject)
+        box, refusal = self._sandbox(owner, subject, folder, grants)
         if refusal:
             return Outcome(False, "the sandbox", error=refusal)
         try:
-            run = masked(run_command(["bash", "-c", command], folder, subject, (), "",
-                                     self._timeout(owner, subject, timeout),
-                                     clean_environment(granted=self.policy.granted_env(owner, subject)), "-", box))
-            run = self._explained(run, owner, subject)
+            run = masked(run_command(["bash", "-c", command], folder, subject, (), "", self._timeout(grants, timeout),
+                                     clean_environment(granted=grants.env), "-", box))
+            run = self._explained(run, owner, subject, grants)
         except ScriptError as error:
             return Outcome(True, decided_by, error=str(error))
         self._record("run", owner, subject, exit_code=run.exit_code, seconds=round(run.seconds, 6),
@@ -311,14 +315,12 @@ class Gate:
             self._record("decision", skill.name, subject, decision="allow" if allowed else "deny", decided_by=decided_by)
             if not allowed:
                 return f"[denied: !`{command}`: {decided_by}]"
-            real_folder = os.path.realpath(skill.folder)
-            working = self.working_folder or real_folder
-            box, refusal = self._sandbox(skill.name, subject, working, _copy_mount(copy.folder, real_folder, working))
+            grants = self.policy.grants(skill.name, subject)
+            box, refusal, working, skill_root = self._copied_sandbox(skill, subject, grants, copy)
             if refusal:
                 return f"[denied: !`{command}`: {refusal}]"
-            env = clean_environment(granted=self.policy.granted_env(skill.name, subject))
-            # the skill's folder is importable here too: `!`python -m scripts.report`` works as a script run does
-            env["PYTHONPATH"] = _copy_mount(copy.folder, real_folder, working)[1] if box is not None else copy.folder
+            env = clean_environment(granted=grants.env)
+            env["PYTHONPATH"] = skill_root  # importable here too: `!`python -m scripts.report`` works as a script does
             try:
                 run = masked(run_command(["bash", "-c", command], working, subject, (), "", INLINE_TIMEOUT_SECONDS,
                                          env, "-", box))
@@ -330,7 +332,7 @@ class Gate:
         if run.stopped:
             return f"[failed: !`{command}`: {run.stopped}]"
         if run.exit_code != 0:
-            run = self._explained(run, skill.name, subject)
+            run = self._explained(run, skill.name, subject, grants)
             hint = f" ({run.hint})" if run.hint else ""
             return f"[failed: !`{command}` exited with {run.exit_code}: {run.stderr.strip()[:200]}{hint}]"
         return run.stdout.rstrip("\n")

@@ -66,7 +66,7 @@ def refused_host_line(skill: str, subject: str, hosts: Sequence[str], host: str,
 
 def failure_hint(stderr: str, exit_code: int | None, timed_out: bool, *, skill: str, subject: str, network: bool,
                  hosts: Sequence[str] = (), refused_hosts: Sequence[str] = (), working_folder: str | None = None,
-                 working_copy_on_write: bool = False, writable: Sequence[str] = (), stdout: str = "") -> str | None:
+                 working_copy_on_write: bool = False, stdout: str = "") -> str | None:
     """One line: the likely cause of a failed run and what fixes it; None when nothing explains it. Read from the end
     of stderr; a missing program also from the end of stdout (some scripts print "pandoc is not installed" there)."""
     tail = (stderr or "")[-STDERR_TAIL_CHARS:]

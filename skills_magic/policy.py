@@ -290,34 +290,25 @@ class Policy:
 
     def grants(self, skill: str, path: str):
         """Everything every matching allow rule grants (nothing when a deny rule matches)."""
-        from skills_magic.sandbox import Grants
+        from skills_magic.sandbox import Grants, Limits
 
         if self.decide(skill, path).verdict != "allow":
             return Grants()
-        import dataclasses
-
-        from skills_magic.sandbox import Limits
-
         matching = [r for r in self.rules if r.kind == "allow" and r.matches(skill, path)]
         granted: dict[str, int] = {}
         for rule in matching:  # a limit a rule names replaces the default; of several rules, the highest counts
             for name, value in rule.limits:
                 granted[LIMIT_GRANTS[name]] = max(granted.get(LIMIT_GRANTS[name]) or 0, value)
-        limits = dataclasses.replace(Limits(), **granted)
-        return Grants(env=self.granted_env(skill, path), network=any(r.network for r in matching),
+        limits = Limits(**granted)
+        env = tuple(dict.fromkeys(name for r in matching for name in r.env))
+        return Grants(env=env, network=any(r.network for r in matching),
                       hosts=tuple(dict.fromkeys(h for r in matching for h in r.hosts)),
                       writable=tuple(dict.fromkeys(p for r in matching for p in r.writable)),
                       unsandboxed=any(r.unsandboxed for r in matching), limits=limits)
 
     def granted_env(self, skill: str, path: str) -> tuple[str, ...]:
         """Variables every matching allow rule grants (none when a deny rule matches)."""
-        if self.decide(skill, path).verdict != "allow":
-            return ()
-        granted: list[str] = []
-        for rule in self.rules:
-            if rule.kind == "allow" and rule.matches(skill, path):
-                granted += [name for name in rule.env if name not in granted]
-        return tuple(granted)
+        return self.grants(skill, path).env
 
     def load_file(self, path: str, owner: Literal["project", "user"] = "project") -> PolicyFile:
         """Rules from a `skills-policy.yaml`: `allow:` and `deny:` lists of `SKILL:PATH` strings, or of mappings

@@ -38,7 +38,6 @@ DEFAULT_PROCESSES = 256  # processes and threads together: a build or a pool fit
 DEFAULT_CPU_SECONDS = 120  # per process: two cores busy for the whole default timeout
 DEFAULT_WRITE_BYTES = 256 * MiB  # everything a run writes together (outputs, /tmp, /dev/shm, unlinked files)
 DEFAULT_FILE_BYTES = 1024 * MiB  # the largest single file (RLIMIT_FSIZE): matters on paths a rule made writable
-SCRATCH_CAP_BYTES = DEFAULT_WRITE_BYTES  # the name earlier code and tests use for the write limit
 CPU_GRACE_SECONDS = 5  # SIGXCPU at the limit (it names itself), SIGKILL only this much later
 LIMIT_CHECK_SECONDS = 0.02  # how often the process count is read while a run goes on (a fork bomb is stopped fast)
 CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # where a pids cgroup can be made (v1, then v2)
@@ -196,7 +195,7 @@ def availability() -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix="skills-magic-probe-") as probe_dir:
         os.makedirs(os.path.join(probe_dir, "run", "output"))
         os.makedirs(os.path.join(probe_dir, "live"))
-        probe = subprocess.run(_layers(os.path.join(probe_dir, "live"), os.path.join(probe_dir, "run"), 1024 * 1024, None)
+        probe = subprocess.run(_layers(os.path.join(probe_dir, "live"), os.path.join(probe_dir, "run"), 1024 * 1024)
                                + [_bwrap(), "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
                                   "--proc", "/proc", "true"], capture_output=True, text=True)
     if probe.returncode != 0:
@@ -220,6 +219,7 @@ def _bwrap() -> str:
 _LAYER_SCRIPT = r"""
 set -e
 live="$1"; run="$2"; size="$3"; work="$4"; forward="$5"; shift 5
+holds() { for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do [ -e "$f" ] || [ -L "$f" ] && return 0; done; return 1; }
 mount -t tmpfs -o "size=$size,mode=0755" skills-magic-run "$live"
 mkdir "$live/scratch" "$live/run" "$live/host" && mkdir -m 1777 "$live/tmp" "$live/vartmp" "$live/shm"
 mount --bind "$run" "$live/host"
@@ -232,18 +232,13 @@ if [ -n "$forward" ]; then eval "$forward"; fi  # the network forwarder, listeni
 set +e
 "$@"
 code=$?
-for f in "$live"/scratch/* "$live"/scratch/.[!.]* "$live"/scratch/..?*; do
-    if [ -e "$f" ] || [ -L "$f" ]; then cp -a "$live/scratch/." "$live/host/output/" 2>/dev/null; break; fi
-done
+if holds "$live/scratch"; then cp -a "$live/scratch/." "$live/host/output/" 2>/dev/null; fi
 if [ -n "$work" ]; then
     find "$live/upper" -mindepth 1 -type c -printf '%P\0' > "$live/host/deleted" 2>/dev/null
-    for f in "$live"/upper/* "$live"/upper/.[!.]* "$live"/upper/..?*; do
-        if [ -e "$f" ] || [ -L "$f" ]; then
-            mkdir -p "$live/host/changes" && cp -a "$live/upper/." "$live/host/changes/" 2>/dev/null  # xattrs kept: the opaque marks
-            find "$live/host/changes" -type c -delete 2>/dev/null
-            break
-        fi
-    done
+    if holds "$live/upper"; then
+        mkdir -p "$live/host/changes" && cp -a "$live/upper/." "$live/host/changes/" 2>/dev/null  # xattrs kept: the opaque marks
+        find "$live/host/changes" -type c -delete 2>/dev/null
+    fi
 fi
 exit $code
 """
@@ -252,14 +247,14 @@ exit $code
 _CGROUP_SCRIPT = 'while [ "$1" != "--" ]; do echo $$ > "$1/cgroup.procs" || exit 125; shift; done; shift; exec "$@"'
 
 
-def _layers(live: str, run: str, size: int, cgroup, work: str | None = None,
+def _layers(live: str, run: str, size: int, cgroups: Sequence[str | None] = (), work: str | None = None,
             forward: str | None = None) -> list[str]:
     network = ["--net"] if forward else []  # a network namespace of the run's own: the forwarder is its only way out
     layer = [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", *network, "--propagation",
              "private", "sh", "-c", _LAYER_SCRIPT, "sh", live, run, str(size), work or "", forward or ""]
-    cgroups = [cgroup] if isinstance(cgroup, str) else [c for c in (cgroup or ()) if c]
-    if cgroups:
-        return ["sh", "-c", _CGROUP_SCRIPT, "sh", *cgroups, "--", *layer]
+    joined = [c for c in cgroups if c]
+    if joined:
+        return ["sh", "-c", _CGROUP_SCRIPT, "sh", *joined, "--", *layer]
     return layer
 
 
@@ -275,7 +270,7 @@ def overlay_availability() -> tuple[bool, str]:
         os.makedirs(lower)
         live = tempfile.mkdtemp(prefix="skills-magic-live-", dir=_live_root())
         try:
-            probe = subprocess.run(_layers(live, run, 1024 * 1024, None, lower) + ["sh", "-c", f"echo x > {lower}/new"],
+            probe = subprocess.run(_layers(live, run, 1024 * 1024, work=lower) + ["sh", "-c", f"echo x > {lower}/new"],
                                    capture_output=True, text=True)
         finally:
             os.rmdir(live)
@@ -490,22 +485,28 @@ def _memory_cgroup(limit: int) -> str | None:
     root = os.path.join(MEMORY_CGROUP_ROOT, (own or "/").lstrip("/"))
     if own is None or not os.path.isfile(os.path.join(root, "memory.limit_in_bytes")) or not os.access(root, os.W_OK):
         return None
+    # memory, then memory and swap (where swap is accounted)
+    return _new_cgroup(root, {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit},
+                       optional=("memory.memsw.limit_in_bytes",))
+
+
+def _new_cgroup(root: str, settings: Mapping[str, int], optional: Sequence[str] = ()) -> str | None:
+    """A cgroup of ours under `root` with each setting written (an `optional` one only where the file exists), or
+    None, leaving nothing behind, where one cannot be made."""
     _sweep_cgroups(root)
     try:
         path = tempfile.mkdtemp(prefix="skills-magic-", dir=root)
     except OSError:
         return None
     try:
-        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):  # memory, then memory and swap
-            if os.path.exists(os.path.join(path, name)):
-                with open(os.path.join(path, name), "w", encoding="ascii") as handle:
-                    handle.write(str(limit))
+        for name, value in settings.items():
+            if name in optional and not os.path.exists(os.path.join(path, name)):
+                continue
+            with open(os.path.join(path, name), "w", encoding="ascii") as handle:
+                handle.write(str(value))
         return path
     except OSError:
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
+        _remove_cgroup(path)
         return None
 
 
@@ -521,20 +522,9 @@ def _make_cgroup(limit: int) -> str | None:
                         continue
             except OSError:
                 continue
-        _sweep_cgroups(root)
-        try:
-            path = tempfile.mkdtemp(prefix="skills-magic-", dir=root)
-        except OSError:
-            continue
-        try:
-            with open(os.path.join(path, "pids.max"), "w", encoding="ascii") as handle:
-                handle.write(str(limit))
+        path = _new_cgroup(root, {"pids.max": limit})
+        if path:
             return path
-        except OSError:
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
     return None
 
 

@@ -522,8 +522,7 @@ class SkillsSession:
             if outcome.run is None:
                 return outcome.error, True, TraceEvent("execute", where, bytes=len(stdin.encode("utf-8")), detail=outcome.error[:120])
             run_ = outcome.run
-            detail = run_.stopped or ("timed out" if run_.timed_out else f"exit code {run_.exit_code}")
-            event = TraceEvent("execute", where, bytes=run_.stdin_bytes, detail=detail)
+            event = TraceEvent("execute", where, bytes=run_.stdin_bytes, detail=run_.ending)
             files = _outputs_of(run_, f"{skill.name}/{path}")
             self._run_outputs.extend(files)
             changes = _changes_of(run_)
@@ -535,8 +534,8 @@ class SkillsSession:
                 placeholders.setdefault(changes[0].run_id, f"${{SKILLS_MAGIC_RUN_{len(named)}}}")
             listing = written_listing(files) + changes_listing(changes)
             hint = f"\n{run_.hint}" if run_.hint else ""  # the cause and its fix, last, where a model reads it
-            if run_.stopped or run_.timed_out or run_.exit_code != 0:
-                return cap_tool_result(f"{path} {detail}\n{run_.stderr}".rstrip() + hint, listing), True, event
+            if run_.failed:
+                return cap_tool_result(f"{path} {run_.ending}\n{run_.stderr}".rstrip() + hint, listing), True, event
             return cap_tool_result(run_.stdout + hint, listing), False, event
 
         return run, (lambda skill, body: gate.expand_inline(skill, body, asker))
@@ -597,16 +596,15 @@ class SkillsSession:
             result.trace.append(TraceEvent("execute", where, bytes=len(stdin.encode("utf-8")), detail=(outcome.error or "")[:120]))
         else:
             run = outcome.run
-            detail = run.stopped or ("timed out" if run.timed_out else f"exit code {run.exit_code}")
-            result.trace.append(TraceEvent("execute", where, bytes=run.stdin_bytes, detail=detail))
+            result.trace.append(TraceEvent("execute", where, bytes=run.stdin_bytes, detail=run.ending))
             result.final_text = run.stdout
             result.note = run.stderr.strip()
             result.outputs = _outputs_of(run, where)
             result.changes = _changes_of(run)
             result.run_id = os.path.basename(run.run_folder) if run.run_folder else None
-            result.stop_reason = "no_model" if run.exit_code == 0 and not run.stopped else "script_failed"
-            if result.stop_reason == "script_failed":
-                result.error = f"{script} {detail}" + (f"\n{run.hint}" if run.hint else "")
+            result.stop_reason = "script_failed" if run.failed else "no_model"
+            if run.failed:
+                result.error = f"{script} {run.ending}" + (f"\n{run.hint}" if run.hint else "")
             elif run.hint:  # it ended well but was refused something (a host): say what would allow it
                 result.note = f"{result.note}\n{run.hint}".strip()
         self.last_run_seconds = time.perf_counter() - started
