@@ -504,3 +504,20 @@ def test_the_memory_limit_holds_for_all_the_runs_processes_together(place):
     assert "all lived" not in result.stdout
     assert result.stopped == ("stopped: memory limit 256 MiB reached (all the run's processes together); "
                               "allow more with --memory 512M")
+
+
+def test_a_trusted_project_file_granting_writes_to_its_own_control_files_cannot_rewrite_them(place):
+    """The way around "control files stay read-only" from the project's side: a trusted file whose `write:` names
+    the project folder, the policy file itself and `.skills/` (all inside the project, so the grant is accepted)."""
+    (place / "skills-policy.yaml").write_text(
+        "allow:\n  - {rule: 'x:scripts/control.py', write: ['.', 'skills-policy.yaml', '.skills']}\n")
+    session = session_with(place, "control.py", WRITE_CONTROL)
+    session.trust()
+    session.review("x", confirm=lambda: True)
+    session.audit()
+    before = {p: p.read_bytes() for p in (place / "skills-policy.yaml", place / "skills.lock")}
+    out = run(session, "control.py", str(place / "skills-policy.yaml"), str(place / "skills.lock"),
+              session.database.path).stdout
+    assert "WRITTEN" not in out and "REPLACED" not in out, out
+    assert {p: p.read_bytes() for p in before} == before
+    assert session.policy.grants("x", "scripts/control.py").writable  # the grant was in force, and still no write
