@@ -74,7 +74,7 @@ def run_ours(session) -> int:
 
 
 def new_session(root: str):
-    from skills_magic.catalog import Source
+    from skills_magic.skills.catalog import Source
     from skills_magic.session import SkillsSession
 
     return SkillsSession(sources=[Source("path", root, explicit=True)], cwd=root)

@@ -56,8 +56,8 @@ def main() -> int:
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
 
-    from skills_magic.db import Database
-    from skills_magic.ledger import Ledger
+    from skills_magic.records.db import Database
+    from skills_magic.records.ledger import Ledger
 
     with tempfile.TemporaryDirectory() as folder:
         database = Database(os.path.join(folder, "bench.sqlite"))

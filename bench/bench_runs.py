@@ -38,13 +38,13 @@ def scripted_turns(turns: int) -> list[dict]:
 
 
 def sample_catalog():
-    from skills_magic.catalog import Catalog, Source
+    from skills_magic.skills.catalog import Catalog, Source
 
     return Catalog([Source("bundled", str(SAMPLE_SKILLS), explicit=True)]).scan().skills
 
 
 def loop_figures(turns: int, repeat: int) -> dict[str, float]:
-    from skills_magic.agent import Agent
+    from skills_magic.runs.agent import Agent
     from skills_magic.models.scripted import ScriptedModel
 
     skills = sample_catalog()
@@ -70,8 +70,8 @@ def loop_figures(turns: int, repeat: int) -> dict[str, float]:
 FIRST_RUN = r"""
 import json, os, sys, threading, time
 mode = sys.argv[1]
-from skills_magic.catalog import Catalog, Source
-from skills_magic.agent import Agent
+from skills_magic.skills.catalog import Catalog, Source
+from skills_magic.runs.agent import Agent
 from skills_magic.models import anthropic as sm_anthropic
 skills = Catalog([Source("bundled", {sample!r}, explicit=True)]).scan().skills
 if mode == "warm":
@@ -109,9 +109,9 @@ def first_run_figures(repeat: int) -> dict[str, float]:
 
 
 def catalog_figures(corpus: Path) -> dict[str, object]:
-    from skills_magic.agent import Agent
-    from skills_magic.catalog import Catalog, Source
-    from skills_magic.listing import DEFAULT_BUDGET_CHARS
+    from skills_magic.runs.agent import Agent
+    from skills_magic.skills.catalog import Catalog, Source
+    from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS
     from skills_magic.models.scripted import ScriptedModel
 
     if corpus.is_dir():

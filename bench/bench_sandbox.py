@@ -48,10 +48,10 @@ def main() -> int:
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
 
-    from skills_magic import sandbox
-    from skills_magic.execute import run_script
-    from skills_magic.manifest import private_copy
-    from skills_magic.sandbox import Grants
+    from skills_magic.safety import sandbox
+    from skills_magic.safety.execute import run_script
+    from skills_magic.safety.manifest import private_copy
+    from skills_magic.safety.sandbox import Grants
 
     ok, why = sandbox.availability()
     if not ok:
@@ -106,9 +106,9 @@ def working_folder_and_proxy(folder: str, runs: int):
     import http.server
     import threading
 
-    from skills_magic import sandbox
-    from skills_magic.execute import run_script
-    from skills_magic.sandbox import Grants
+    from skills_magic.safety import sandbox
+    from skills_magic.safety.execute import run_script
+    from skills_magic.safety.sandbox import Grants
 
     work = Path(folder, "work")
     for number in range(WORKING_FILES):

@@ -48,7 +48,7 @@ class SlowMessages(BaseHTTPRequestHandler):
 def run(base_url: str, claims: int, concurrency: int) -> tuple[float, dict]:
     import asyncio
 
-    from skills_magic import verify
+    from skills_magic.runs import verify
     from skills_magic.models.anthropic import AnthropicModel
 
     items = [verify.Claim(claim=f"claim {i}", quote=f"quote {i}") for i in range(claims)]

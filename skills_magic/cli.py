@@ -77,9 +77,9 @@ def _missing(paths: Sequence[str]) -> list[str]:
 
 
 def _validate(args) -> int:
-    from skills_magic.display import VerdictsView, diagnostic_line
+    from skills_magic.notebook.views import VerdictsView, diagnostic_line
     from skills_magic.session import display_path
-    from skills_magic.validate import validate_path
+    from skills_magic.skills.validate import validate_path
 
     verdicts = [v for p in args.paths for v in validate_path(p)]
     view = VerdictsView(verdicts, display_path)
@@ -96,8 +96,8 @@ def _validate(args) -> int:
 
 
 def _skill_folders(paths: Sequence[str]) -> list[str]:
-    from skills_magic.find import find_skill_files
-    from skills_magic.skill import find_skill_md
+    from skills_magic.skills.find import find_skill_files
+    from skills_magic.skills.skill import find_skill_md
 
     folders = []
     for p in paths:
@@ -111,9 +111,9 @@ def _skill_folders(paths: Sequence[str]) -> list[str]:
 
 
 def _to_prompt(args) -> int:
-    from skills_magic.listing import xml_listing
-    from skills_magic.skill import find_skill_md
-    from skills_magic.validate import load_skill, validate_folder
+    from skills_magic.skills.listing import xml_listing
+    from skills_magic.skills.skill import find_skill_md
+    from skills_magic.skills.validate import load_skill, validate_folder
 
     folders = _skill_folders(args.paths)
     invalid = [v for v in map(validate_folder, folders) if not v.valid]
@@ -132,9 +132,9 @@ def _to_prompt(args) -> int:
 
 
 def _list(args) -> int:
-    from skills_magic.catalog import Catalog, Source
-    from skills_magic.display import ListingView
-    from skills_magic.listing import text_listing
+    from skills_magic.skills.catalog import Catalog, Source
+    from skills_magic.notebook.views import ListingView
+    from skills_magic.skills.listing import text_listing
     from skills_magic.session import display_path
 
     catalog = Catalog([Source("path", os.path.abspath(p), explicit=True) for p in args.paths])
@@ -186,7 +186,7 @@ RUN_MIME = "application/vnd.skills-magic.run+json"
 
 
 def _ledger_database(path: str | None):
-    from skills_magic.db import Database, resolve_path
+    from skills_magic.records.db import Database, resolve_path
 
     path = path or resolve_path(os.getcwd())
     if not os.path.lexists(path):
@@ -233,7 +233,7 @@ def _ledger(args) -> int:
     import sqlite3
 
     from skills_magic.errors import DatabaseUnreadable
-    from skills_magic.ledger import Ledger, LedgerError, gate_message, open_from_entries, plan_name
+    from skills_magic.records.ledger import Ledger, LedgerError, gate_message, open_from_entries, plan_name
 
     try:
         plan = plan_name(args.plan) if args.plan else None
@@ -290,7 +290,7 @@ def _export(ledger, plan: str | None, fmt: str) -> int:
 
 
 def _lint(args) -> int:
-    from skills_magic.lint import exit_code, lint_path
+    from skills_magic.skills.lint import exit_code, lint_path
     from skills_magic.session import display_path
 
     results = [item for path in args.paths for item in lint_path(path)]
@@ -310,9 +310,9 @@ def _lint(args) -> int:
 
 
 def _trust(args) -> int:
-    from skills_magic.display import TrustView
+    from skills_magic.notebook.views import TrustView
     from skills_magic.errors import SkillsMagicError
-    from skills_magic.policy import POLICY_FILE
+    from skills_magic.safety.policy import POLICY_FILE
     from skills_magic.session import SkillsSession, display_path
 
     path = os.path.abspath(args.file or POLICY_FILE)
@@ -326,7 +326,7 @@ def _trust(args) -> int:
 
 
 def _apply(args) -> int:
-    from skills_magic.display import ApplyView
+    from skills_magic.notebook.views import ApplyView
     from skills_magic.errors import SkillsMagicError
     from skills_magic.session import SkillsSession
 

@@ -14,15 +14,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from skills_magic.catalog import Catalog, CatalogScan, Source, default_sources
+from skills_magic.skills.catalog import Catalog, CatalogScan, Source, default_sources
 from skills_magic.clock import utc_now
 from skills_magic.errors import InvalidArgument, NotASkillSource, SkillNotFound, SkillNotWritten, SourceNotFound
-from skills_magic.listing import DEFAULT_BUDGET_CHARS, Listing, text_listing
-from skills_magic.skill import Diagnostic, Skill
-from skills_magic.validate import Verdict, validate_folder, validate_path
+from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS, Listing, text_listing
+from skills_magic.skills.skill import Diagnostic, Skill
+from skills_magic.skills.validate import Verdict, validate_folder, validate_path
 
 if TYPE_CHECKING:
-    from skills_magic.agent import RunResult
+    from skills_magic.runs.agent import RunResult
     from skills_magic.models.base import ModelClient
 
 RUNS_FOLDER = os.path.join(".skills", "runs")  # each sandboxed run's scratch folder (its outputs stay there)
@@ -64,10 +64,10 @@ class SkillsSession:
 
     def __init__(self, sources: list[Source] | None = None, cwd: str | None = None, extra_paths: list[str] | tuple = (),
                  allow: Sequence[str] = (), deny: Sequence[str] = ()):
-        from skills_magic.gate import unattended
-        from skills_magic.manifest import Manifest, lock_path
-        from skills_magic.policy import POLICY_FILE, Policy
-        from skills_magic.trust import TrustStore, user_policy_path
+        from skills_magic.safety.gate import unattended
+        from skills_magic.safety.manifest import Manifest, lock_path
+        from skills_magic.safety.policy import POLICY_FILE, Policy
+        from skills_magic.safety.trust import TrustStore, user_policy_path
 
         self.cwd = os.path.abspath(cwd or os.getcwd())
         self.catalog = Catalog(sources if sources is not None else default_sources(self.cwd, extra=extra_paths))
@@ -222,14 +222,14 @@ class SkillsSession:
     @property
     def database(self):
         if self._database is None:
-            from skills_magic.db import Database, resolve_path
+            from skills_magic.records.db import Database, resolve_path
 
             self._database = Database(resolve_path(self.cwd))
         return self._database
 
     def _audit(self, row: dict[str, Any]) -> None:
         """Append one audit row; its strings (a refusal's detail, an inline command) are stored with secrets masked."""
-        from skills_magic.redact import redactor
+        from skills_magic.safety.redact import redactor
 
         masker = redactor()
         columns = ["session", *row]
@@ -244,18 +244,18 @@ class SkillsSession:
 
     @property
     def ledger(self):
-        from skills_magic.ledger import Ledger
+        from skills_magic.records.ledger import Ledger
 
         return Ledger(self.database, self.session_id)
 
     def use_plan(self, slug: str) -> str:
-        from skills_magic.ledger import plan_name
+        from skills_magic.records.ledger import plan_name
 
         self.plan = plan_name(slug)
         return self.plan
 
     def current_plan(self) -> str:
-        from skills_magic.ledger import NoPlan
+        from skills_magic.records.ledger import NoPlan
 
         if self.plan is None:
             raise NoPlan("no plan chosen: %ledger use SLUG (the plan is sci.SLUG)")
@@ -315,9 +315,9 @@ class SkillsSession:
         stop to ask a person); seats beyond those given are model seats. KeyboardInterrupt cancels the run and keeps
         the votes already in.
         """
-        from skills_magic import verify as v
-        from skills_magic.gate import unattended
-        from skills_magic.ledger import plan_name
+        from skills_magic.runs import verify as v
+        from skills_magic.safety.gate import unattended
+        from skills_magic.records.ledger import plan_name
 
         if ledger_plan:
             plan_name(ledger_plan)  # a bad plan name is refused before any vote is spent
@@ -374,7 +374,7 @@ class SkillsSession:
              on_progress=None):
         """Activation evals over a prompt set; `compare` is a strategy (plain / forced) or a folder holding other
         versions of the skills (they shadow the catalog's). Returns the reports (one, or two side by side)."""
-        from skills_magic import evals
+        from skills_magic.runs import evals
 
         if resume and not batch:
             raise InvalidArgument("--resume continues a batch run: add --batch")
@@ -403,7 +403,7 @@ class SkillsSession:
             else:
                 label = variant_strategy
             if batch:
-                from skills_magic.evals_batch import run_batch_eval
+                from skills_magic.runs.batch_evals import run_batch_eval
 
                 report = run_batch_eval(skills, client, model_id, items, runs=runs, strategy=variant_strategy,
                                         label=label, show_path=self.show_path, batch_id=resume if number == 0 else None,
@@ -428,7 +428,7 @@ class SkillsSession:
     def write_skill(self, name: str, text: str, folder: str | None = None):
         """`%%skill write`: the text becomes NAME/SKILL.md (created or replaced), then validated; the folder is a
         session source, so the catalog sees the new version at once."""
-        from skills_magic.validate import validate_folder
+        from skills_magic.skills.validate import validate_folder
 
         root = os.path.join(self.cwd, os.path.expanduser(folder)) if folder else os.path.join(self.cwd, WRITE_FOLDER)
         target = os.path.join(root, name)
@@ -439,21 +439,21 @@ class SkillsSession:
         except OSError as error:
             raise SkillNotWritten(f"cannot write {os.path.relpath(target, self.cwd)}/SKILL.md: {error.strerror or error}") from None
         self.catalog.add(root)
-        from skills_magic.validate import load_skill
+        from skills_magic.skills.validate import load_skill
 
         # the skill just written (another source may win in the catalog under this name)
         return validate_folder(target), load_skill(os.path.join(target, "SKILL.md")).skill
 
     def gate(self):
-        from skills_magic.gate import Gate
+        from skills_magic.safety.gate import Gate
 
         return Gate(self.policy, self.manifest, self._audit, scratch_root=os.path.join(self.cwd, RUNS_FOLDER),
                     protected=self.control_files(), working_folder=self.cwd)
 
     def control_files(self) -> list[str]:
         """The project's own control files: read-only inside every sandbox, whatever a rule grants."""
-        from skills_magic.db import resolve_path
-        from skills_magic.policy import POLICY_FILE
+        from skills_magic.records.db import resolve_path
+        from skills_magic.safety.policy import POLICY_FILE
 
         database = resolve_path(self.cwd)
         return [os.path.join(self.cwd, POLICY_FILE), self.manifest.path, os.path.join(self.cwd, ".skills"), database,
@@ -463,7 +463,7 @@ class SkillsSession:
                  writable: Sequence[str] = (), unsandboxed: bool = False, limits=None, save: bool = False):
         """A rule the user typed (`%skills allow/deny`); `limits` raises the sandbox's limits ({"memory": "4G"});
         `save` also keeps it in the user's own policy file."""
-        from skills_magic.policy import parse_rule
+        from skills_magic.safety.policy import parse_rule
 
         writable = [_writable_folder(os.path.join(self.cwd, os.path.expanduser(p))) for p in writable]
         rule = self.policy.add(parse_rule(kind, text, f"%skills {kind}", env, network=network, writable=writable,
@@ -476,7 +476,7 @@ class SkillsSession:
         """`%skills trust`: record the sha256 of the project's policy file (or `path`) in the user's trust store, so
         its allow rules apply until one byte of it changes; returns the report of every rule those bytes hold. With
         `revoke`, forget it: its allow rules are inert again."""
-        from skills_magic.policy import POLICY_FILE
+        from skills_magic.safety.policy import POLICY_FILE
 
         target = os.path.join(self.cwd, os.path.expanduser(path)) if path else os.path.join(self.cwd, POLICY_FILE)
         report = self.policy.trust_file(target, revoke=revoke)
@@ -492,7 +492,7 @@ class SkillsSession:
         """The files of a skill with their digests and what changed since the last review; writes skills.lock only
         when `confirm()` says yes. Returns (changes, written). Raises ReviewRefused, recording nothing, for a skill
         holding a file that is never read (a FIFO, a device, a symlink leaving the skill)."""
-        from skills_magic.manifest import ReviewRefused, UnsafeFile, skill_files
+        from skills_magic.safety.manifest import ReviewRefused, UnsafeFile, skill_files
 
         skill = self.skill(name)
         try:
@@ -511,7 +511,7 @@ class SkillsSession:
     def _script_runner(self, asker, placeholders: dict[str, str] | None = None):
         """The model's `run_skill_script` and inline-command runners. `placeholders`: the client's (a cassette writes a
         run id the tool result names as ${SKILLS_MAGIC_RUN_N}, so a replay matches though run ids differ)."""
-        from skills_magic.agent import TraceEvent
+        from skills_magic.runs.agent import TraceEvent
 
         gate = self.gate()
         named: list[str] = []  # the run ids this runner's tool results named, in order
@@ -545,7 +545,7 @@ class SkillsSession:
             on_text: Callable[[str], None] | None = None, on_event: Callable[[str, Any], None] | None = None,
             asker=None) -> RunResult:
         """Run a task through the agent loop; with `skill`, that skill is activated explicitly."""
-        from skills_magic.agent import DEFAULT_MAX_TURNS, Agent
+        from skills_magic.runs.agent import DEFAULT_MAX_TURNS, Agent
 
         chosen = self.skill(skill) if skill is not None else None
         if replay is not None:
@@ -584,7 +584,7 @@ class SkillsSession:
         It passes the same gate as a model's request (the manifest check, deny rules, the audit), except that the
         user typing the command answers the question a prompt would ask.
         """
-        from skills_magic.agent import RunResult, TraceEvent
+        from skills_magic.runs.agent import RunResult, TraceEvent
 
         chosen = self.skill(skill)
         result = RunResult(task=stdin, skill=chosen.name, client="none", model="-")
@@ -615,7 +615,7 @@ class SkillsSession:
 
     def _run_folders(self, run: str) -> list[str]:
         """The run folders `run` names: a run id in .skills/runs/, or `last`: every script run of the last run."""
-        from skills_magic.changes import RUN_NAME, recent_runs, run_facts
+        from skills_magic.safety.changes import RUN_NAME, recent_runs, run_facts
         from skills_magic.errors import ChangeError, RunNotFound
 
         root = os.path.join(self.cwd, RUNS_FOLDER)
@@ -641,7 +641,7 @@ class SkillsSession:
 
     def changes(self, run: str) -> list:
         """What run `run` (a run id, or `last`) changed in this session's folder and has not applied (changes.Change)."""
-        from skills_magic.changes import run_changes
+        from skills_magic.safety.changes import run_changes
 
         return [c for folder in self._run_folders(run) for c in run_changes(folder, self.cwd)]
 
@@ -649,9 +649,9 @@ class SkillsSession:
         """`%skills apply RUN [PATH...]`: copy what the run changed (every change, or those under `paths`) into this
         session's folder; the user typing the command is the decision. Control files, paths leaving the folder and
         files changed on disk since the run started are refused, with why. An audit row for each file."""
-        from skills_magic.changes import ApplyReport, apply_changes, run_changes, run_facts, select
+        from skills_magic.safety.changes import ApplyReport, apply_changes, run_changes, run_facts, select
         from skills_magic.errors import UnknownChange
-        from skills_magic.manifest import digest
+        from skills_magic.safety.manifest import digest
 
         folders = self._run_folders(run)
         work = os.path.realpath(self.cwd)
@@ -717,7 +717,7 @@ class SkillsSession:
 def _writable_folder(path: str) -> str:
     """A `--write` path as the sandbox can bind it: an existing file or folder, or a folder created now (a grant is
     never dropped silently); a file that does not exist yet is refused with what to grant instead."""
-    from skills_magic.policy import RuleError
+    from skills_magic.safety.policy import RuleError
 
     if os.path.lexists(path):
         return path
@@ -776,7 +776,7 @@ def _changes_of(run) -> list[Any]:
     """What a sandboxed run changed in the working folder it saw copy-on-write (changes.Change, sorted by path)."""
     if not run.run_folder or not run.working_folder:
         return []
-    from skills_magic.changes import run_changes
+    from skills_magic.safety.changes import run_changes
 
     try:
         return run_changes(run.run_folder, run.working_folder)

@@ -56,7 +56,7 @@ NOTEBOOKS_RUNNING_SCRIPTS = ("02-model-runs.ipynb", "03-permissions.ipynb", "04-
 
 
 def _sandbox():
-    from skills_magic.sandbox import availability
+    from skills_magic.safety.sandbox import availability
 
     return availability()
 
@@ -86,12 +86,12 @@ def _skip_script_runs_without_a_sandbox(request, monkeypatch):
     installs bubblewrap, and turns skips into failures). Tests of the no-sandbox path itself opt out."""
     if request.node.get_closest_marker("sandbox_fallback") or _sandbox()[0]:
         return
-    from skills_magic.gate import Gate
+    from skills_magic.safety.gate import Gate
 
     real = Gate._sandbox
 
     def sandbox_or_skip(self, *args, **kwargs):
-        from skills_magic import sandbox
+        from skills_magic.safety import sandbox
 
         if not sandbox.availability()[0] and not self.policy.grants(args[0], args[1]).unsandboxed:
             pytest.skip(NO_SANDBOX.format(why=sandbox.availability()[1]))

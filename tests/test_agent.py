@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from skillfiles import make_skill
 
-import skills_magic.disclosure as disclosure
-from skills_magic.agent import (
+import skills_magic.runs.disclosure as disclosure
+from skills_magic.runs.agent import (
     ALREADY_ACTIVE,
     DEFAULT_MAX_TOKENS,
     NOT_PERMITTED,
@@ -30,9 +30,9 @@ from skills_magic.agent import (
     TraceEvent,
     tool_definitions,
 )
-from skills_magic.catalog import Catalog, Source
-from skills_magic.disclosure import activation_text
-from skills_magic.listing import xml_listing
+from skills_magic.skills.catalog import Catalog, Source
+from skills_magic.runs.disclosure import activation_text
+from skills_magic.skills.listing import xml_listing
 from skills_magic.models.anthropic import ALIASES, DEFAULT_MODEL, MODEL_VARIABLE
 from skills_magic.models.base import NoModelConfigured
 from skills_magic.models.scripted import ScriptedModel

@@ -14,9 +14,9 @@ import pytest
 from IPython.core.error import UsageError
 from skillfiles import make_skill, write_file
 
-from skills_magic import changes as changes_module
-from skills_magic.catalog import Source
-from skills_magic.changes import (
+from skills_magic.safety import changes as changes_module
+from skills_magic.skills.catalog import Source
+from skills_magic.safety.changes import (
     REFUSED_AGAIN,
     REFUSED_CONTROL,
     REFUSED_GIT,
@@ -27,11 +27,11 @@ from skills_magic.changes import (
     run_changes,
 )
 from skills_magic.cli import main
-from skills_magic.display import ApplyView, RunView
+from skills_magic.notebook.views import ApplyView, RunView
 from skills_magic.errors import ChangeError, RunNotFound, UnknownChange
-from skills_magic.magics import SkillsMagics, split_script_words, unregister
+from skills_magic.notebook.magics import SkillsMagics, split_script_words, unregister
 from skills_magic.models.scripted import ScriptedModel
-from skills_magic.sandbox import overlay_availability
+from skills_magic.safety.sandbox import overlay_availability
 from skills_magic.session import MAX_LISTED_OUTPUTS, SkillsSession
 
 OVERLAY, WHY_NOT = overlay_availability()

@@ -18,7 +18,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "skills_magic"
 FRONT_END_LIBRARIES = ("IPython", "ipywidgets", "anthropic")  # the core must work in a CI job with none of them
 # the modules allowed to import them at import time: the notebook front end, the CLI and the SDK's client
-NOT_CORE = frozenset({"skills_magic.magics", "skills_magic.widgets", "skills_magic.display", "skills_magic.cli",
+NOT_CORE = frozenset({"skills_magic.notebook.magics", "skills_magic.notebook.widgets", "skills_magic.notebook.views", "skills_magic.cli",
                       "skills_magic.models.anthropic"})
 
 
@@ -119,20 +119,20 @@ def test_the_graph_sees_top_level_function_level_and_package_imports():
     graph = import_graph()
     edges = {(module, e.target, e.top_level) for module, imports in graph.items() for e in imports}
 
-    assert ("skills_magic.catalog", "skills_magic.find", True) in edges
-    assert ("skills_magic.session", "skills_magic.agent", False) in edges  # imported where a run needs it
-    assert ("skills_magic.gate", "skills_magic.sandbox", True) in edges  # `from skills_magic import sandbox`
-    assert ("skills_magic.magics", "IPython", True) in edges
+    assert ("skills_magic.skills.catalog", "skills_magic.skills.find", True) in edges
+    assert ("skills_magic.session", "skills_magic.runs.agent", False) in edges  # imported where a run needs it
+    assert ("skills_magic.safety.gate", "skills_magic.safety.sandbox", True) in edges  # `from skills_magic import sandbox`
+    assert ("skills_magic.notebook.magics", "IPython", True) in edges
 
 
 def test_the_circle_finder_reports_a_circle_it_is_given():
-    graph = {"skills_magic.skill": [Import("skills_magic.catalog", "a.py:1", True)],
-             "skills_magic.catalog": [Import("skills_magic.validate", "b.py:2", True)],
-             "skills_magic.validate": [Import("skills_magic.catalog", "c.py:3", False)]}
+    graph = {"skills_magic.skills.skill": [Import("skills_magic.skills.catalog", "a.py:1", True)],
+             "skills_magic.skills.catalog": [Import("skills_magic.skills.validate", "b.py:2", True)],
+             "skills_magic.skills.validate": [Import("skills_magic.skills.catalog", "c.py:3", False)]}
 
     circle = find_circle(graph)
 
-    assert [e.target for e in circle] == ["skills_magic.validate", "skills_magic.catalog"]
+    assert [e.target for e in circle] == ["skills_magic.skills.validate", "skills_magic.skills.catalog"]
     assert find_circle(graph, top_level_only=True) is None
 
 
@@ -171,3 +171,16 @@ def test_import_skills_magic_does_not_open_sqlite():
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) is False
+
+
+def test_a_module_s_flat_path_from_before_the_folders_is_the_same_module():
+    """Code written against `skills_magic.sandbox` keeps working, and a patch through the old name reaches the
+    module that runs."""
+    import importlib
+
+    import skills_magic
+
+    for old, new in skills_magic.MOVED.items():
+        assert importlib.import_module(f"skills_magic.{old}") is importlib.import_module(f"skills_magic.{new}")
+        assert getattr(skills_magic, old) is importlib.import_module(f"skills_magic.{new}")
+        assert importlib.import_module(f"skills_magic.{new}").__spec__.name == f"skills_magic.{new}"

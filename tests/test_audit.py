@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from skillfiles import make_skill, write_file
-from skills_magic.catalog import Source
-from skills_magic.db import DEFAULT_PATH, MIGRATIONS, Database, migrate, resolve_path
-from skills_magic.display import AuditView
-from skills_magic.gate import unattended
+from skills_magic.skills.catalog import Source
+from skills_magic.records.db import DEFAULT_PATH, MIGRATIONS, Database, migrate, resolve_path
+from skills_magic.notebook.views import AuditView
+from skills_magic.safety.gate import unattended
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.session import SkillsSession
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from skillfiles import make_skill
 
-import skills_magic.skill as skill_module
-from skills_magic.catalog import Catalog, CatalogScan, Source
-from skills_magic.listing import text_listing
-from skills_magic.skill import CODES
-from skills_magic.validate import load_skill, validate_folder
+import skills_magic.skills.skill as skill_module
+from skills_magic.skills.catalog import Catalog, CatalogScan, Source
+from skills_magic.skills.listing import text_listing
+from skills_magic.skills.skill import CODES
+from skills_magic.skills.validate import load_skill, validate_folder
 
 GOOD_DESCRIPTION = "The good one. Use when checking that a bad neighbour loses nothing."
 
@@ -425,8 +425,8 @@ def test_alias_bombs_and_self_references_are_skipped_without_expanding(tmp_path)
     make_skill(root / "bomb", f"name: bomb\ndescription: Aliases.\n{BILLION_LAUGHS}")
     make_skill(root / "loop", "name: loop\ndescription: Self reference.\nx: &x [*x]\n")
     code = (
-        "import sys; from skills_magic.session import SkillsSession; from skills_magic.catalog import Source; "
-        "from skills_magic.display import SkillView; "
+        "import sys; from skills_magic.session import SkillsSession; from skills_magic.skills.catalog import Source; "
+        "from skills_magic.notebook.views import SkillView; "
         f"s = SkillsSession(sources=[Source('session', {str(root)!r}, True)]); "
         "names = sorted(x.name for x in s.scan().skills); "
         "[SkillView(s.skill(n), s.show_path).data() for n in names]; print(names)"

@@ -1,4 +1,4 @@
-"""Message Batches (`skills_magic.batch.run_batch`) through the real `anthropic` SDK, with a fake batch service.
+"""Message Batches (`skills_magic.models.batch.run_batch`) through the real `anthropic` SDK, with a fake batch service.
 
 `FakeBatches` answers what the SDK sends: `POST /v1/messages/batches` (create), `GET /v1/messages/batches/{id}`
 (retrieve: "in_progress" for the first few polls, then "ended" with the counts and a results_url), and
@@ -18,8 +18,8 @@ import httpx2
 import pytest
 
 from fake_anthropic import Error, FakeAnthropicServer, forget_machine_setup, sent_key, text_message
-from skills_magic import batch as batch_module
-from skills_magic.batch import (CUSTOM_ID, MAX_REQUESTS_PER_BATCH, POLL_SECONDS, RETRY_FAILED_ONCE, BatchOutcome,
+from skills_magic.models import batch as batch_module
+from skills_magic.models.batch import (CUSTOM_ID, MAX_REQUESTS_PER_BATCH, POLL_SECONDS, RETRY_FAILED_ONCE, BatchOutcome,
                                 run_batch)
 from skills_magic.models.anthropic import AnthropicModel
 from skills_magic.models.base import ModelError

@@ -35,7 +35,7 @@ def test_verify_benchmark_compares_concurrency_against_one():
 
 
 def test_sandbox_benchmark_compares_sandboxed_and_unsandboxed_runs():
-    from skills_magic.sandbox import availability
+    from skills_magic.safety.sandbox import availability
 
     if not availability()[0]:
         import pytest

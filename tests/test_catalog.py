@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from skillfiles import make_skill
 
-import skills_magic.catalog as catalog_module
-from skills_magic.catalog import (
+import skills_magic.skills.catalog as catalog_module
+from skills_magic.skills.catalog import (
     MAX_SEARCH_DEPTH,
     SKIPPED_FOLDERS,
     Catalog,
@@ -19,7 +19,7 @@ from skills_magic.catalog import (
     bundled_skills_folder,
     default_sources,
 )
-from skills_magic.listing import text_listing
+from skills_magic.skills.listing import text_listing
 
 PRECEDENCE = ["session", "path", "project", "user", "bundled"]
 

@@ -47,9 +47,9 @@ def test_the_example_48_2_trace_is_measured(executed):
     # the reference is sent whole: its bytes are the file's size
     assert rows["reference"]["bytes"] == (SKILL / "references" / "evidence-contract.md").stat().st_size
     # the catalog and the activation: recompute what the agent sent and compare
-    from skills_magic.agent import Agent
-    from skills_magic.catalog import Catalog, Source
-    from skills_magic.disclosure import activation_text
+    from skills_magic.runs.agent import Agent
+    from skills_magic.skills.catalog import Catalog, Source
+    from skills_magic.runs.disclosure import activation_text
     from skills_magic.models.scripted import ScriptedModel
 
     skills = Catalog([Source("session", str(SKILL), explicit=True)]).scan().skills

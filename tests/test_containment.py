@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from skills_magic import sandbox
-from skills_magic.catalog import Source
-from skills_magic.gate import unattended
+from skills_magic.safety import sandbox
+from skills_magic.skills.catalog import Source
+from skills_magic.safety.gate import unattended
 from skills_magic.session import SkillsSession
 from skillfiles import make_skill
 
@@ -418,7 +418,7 @@ def test_a_file_past_the_file_size_limit_is_stopped_and_named(place):
 
 
 def test_a_bad_limit_is_a_one_line_error(place):
-    from skills_magic.policy import RuleError
+    from skills_magic.safety.policy import RuleError
 
     session = session_with(place, "hi.py", "print('hi')\n")
     for limits in ({"memory": "lots"}, {"processes": "0"}, {"speed": "9"}):
@@ -427,7 +427,7 @@ def test_a_bad_limit_is_a_one_line_error(place):
 
 
 def test_the_limits_magic_flags_reach_the_run(place, ip):
-    from skills_magic.magics import SkillsMagics, unregister
+    from skills_magic.notebook.magics import SkillsMagics, unregister
 
     session_with(place, "spin.py", "while True:\n    pass\n")
     instance = SkillsMagics(shell=ip)

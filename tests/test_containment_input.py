@@ -24,16 +24,16 @@ import pytest
 from fake_anthropic import FakeMessagesAPI, Recorded, forget_machine_setup, message, text_block, tool_use_block
 from skillfiles import make_skill, write_file
 
-import skills_magic.gate as gate_module
-from skills_magic.agent import MAX_INPUT_DEPTH, MAX_INPUT_STRING_CHARS, Agent, TraceEvent
-from skills_magic.catalog import Source
-from skills_magic.db import Database
+import skills_magic.safety.gate as gate_module
+from skills_magic.runs.agent import MAX_INPUT_DEPTH, MAX_INPUT_STRING_CHARS, Agent, TraceEvent
+from skills_magic.skills.catalog import Source
+from skills_magic.records.db import Database
 from skills_magic.errors import DatabaseUnreadable, SkillsMagicError
-from skills_magic.ledger import Ledger
+from skills_magic.records.ledger import Ledger
 from skills_magic.models.anthropic import AnthropicModel
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.session import SkillsSession
-from skills_magic.skill import MAX_ALIAS_NODES, parse_frontmatter
+from skills_magic.skills.skill import MAX_ALIAS_NODES, parse_frontmatter
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 HUGE = "x" * 10_000_000  # 10 MB: far past MAX_INPUT_STRING_CHARS
@@ -273,8 +273,8 @@ def bomb_folder(tmp_path: Path) -> Path:
 
 SCAN = """
 import json, sys
-from skills_magic.catalog import Catalog, Source
-from skills_magic.display import SkillView
+from skills_magic.skills.catalog import Catalog, Source
+from skills_magic.notebook.views import SkillView
 from skills_magic.session import SkillsSession
 session = SkillsSession(sources=[Source("session", sys.argv[1], True)])
 scan = session.scan()
@@ -313,7 +313,7 @@ def test_validate_on_an_alias_bomb_is_a_clear_error_not_a_crash(tmp_path):
 ], ids=["nine-levels", "thirty-levels", "self-list", "self-mapping"])
 def test_expanding_aliases_past_the_bound_is_refused_quickly(text):
     # in a child too, and never shown: a failing assertion would print the loaded value, expanding it right there
-    code = ("import sys; from skills_magic.skill import parse_frontmatter; parsed = parse_frontmatter(sys.argv[1]); "
+    code = ("import sys; from skills_magic.skills.skill import parse_frontmatter; parsed = parse_frontmatter(sys.argv[1]); "
             "print(parsed.data is None, [d.code for d in parsed.diagnostics])")
     run = subprocess.run([sys.executable, "-c", code, f"name: x\ndescription: d\n{text}"], capture_output=True,
                          text=True, env=_env(), timeout=CHILD_SECONDS, preexec_fn=_limit_memory, check=False)
@@ -409,7 +409,7 @@ def _model_run(session: SkillsSession) -> None:
 def test_ledger_magic_on_an_unusable_database_is_a_one_line_usage_error(ip, tmp_path, monkeypatch):
     from IPython.core.error import UsageError
 
-    from skills_magic.magics import SkillsMagics, unregister
+    from skills_magic.notebook.magics import SkillsMagics, unregister
 
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "bundled")
     monkeypatch.setenv("SKILLS_MAGIC_DB", "ledger.sqlite")  # relative to the session's folder

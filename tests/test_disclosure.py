@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from skillfiles import make_skill
 
-import skills_magic.disclosure as disclosure
-from skills_magic.catalog import Catalog, Source
-from skills_magic.disclosure import (
+import skills_magic.runs.disclosure as disclosure
+from skills_magic.skills.catalog import Catalog, Source
+from skills_magic.runs.disclosure import (
     ResourceError,
     activation_text,
     declared_argument_names,
@@ -19,7 +19,7 @@ from skills_magic.disclosure import (
     resources,
     substitute,
 )
-from skills_magic.skill import Skill
+from skills_magic.skills.skill import Skill
 
 
 def load(root: Path) -> dict[str, Skill]:

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from skillfiles import make_skill, write_file
-from skills_magic import redact, sandbox
-from skills_magic.catalog import Source
-from skills_magic.execute import clean_environment, run_script
-from skills_magic.gate import unattended
+from skills_magic.safety import redact, sandbox
+from skills_magic.skills.catalog import Source
+from skills_magic.safety.execute import clean_environment, run_script
+from skills_magic.safety.gate import unattended
 from skills_magic.models.replay import RecordingModel
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.session import SkillsSession

@@ -11,7 +11,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from skills_magic.errors import InvalidArgument, SkillsMagicError
-from skills_magic.magics import SkillsMagics, unregister
+from skills_magic.notebook.magics import SkillsMagics, unregister
 
 PACKAGE = Path(__file__).resolve().parent.parent / "skills_magic"
 

@@ -1,4 +1,4 @@
-"""Activation evals (`skills_magic.evals`): prompt sets in three formats, the report's metrics, runs through the scripted
+"""Activation evals (`skills_magic.runs.evals`): prompt sets in three formats, the report's metrics, runs through the scripted
 model, the keyword router and the real SDK (httpx2 MockTransport), behaviour evals with a judge, `%skills eval`,
 `%skills lint` and `skills-magic lint`.
 
@@ -21,11 +21,11 @@ from fake_anthropic import FakeMessagesAPI, text_message, tool_message, usage
 from IPython.core.error import UsageError
 from skillfiles import make_skill
 
-from skills_magic.agent import SYSTEM_INSTRUCTIONS, ToolCall, tool_definitions
-from skills_magic.catalog import Catalog, Source
+from skills_magic.runs.agent import SYSTEM_INSTRUCTIONS, ToolCall, tool_definitions
+from skills_magic.skills.catalog import Catalog, Source
 from skills_magic.datafiles import DataFileError
-from skills_magic.display import EvalView, LintView, activation_chart_svg
-from skills_magic.evals import (
+from skills_magic.notebook.views import EvalView, LintView, activation_chart_svg
+from skills_magic.runs.evals import (
     CATEGORIES,
     FIRST_TURNS,
     FORCED_PREAMBLE,
@@ -41,7 +41,7 @@ from skills_magic.evals import (
     prompt_text,
     run_eval,
 )
-from skills_magic.magics import SkillsMagics, unregister
+from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.models.anthropic import AnthropicModel
 from skills_magic.models.scripted import ScriptedModel, keyword_router
 

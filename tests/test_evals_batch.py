@@ -15,11 +15,11 @@ from fake_anthropic import forget_machine_setup, text_message, tool_message, usa
 from IPython.core.error import UsageError
 from test_batch import KEY, FakeBatches, FakeBatchServer, Recorder, errored
 
-from skills_magic.agent import Agent
-from skills_magic.display import EvalView
-from skills_magic.evals import FORCED_PREAMBLE, EvalItem, load_prompt_set, prompt_text
-from skills_magic.evals_batch import custom_id, run_batch_eval
-from skills_magic.magics import SkillsMagics, unregister
+from skills_magic.runs.agent import Agent
+from skills_magic.notebook.views import EvalView
+from skills_magic.runs.evals import FORCED_PREAMBLE, EvalItem, load_prompt_set, prompt_text
+from skills_magic.runs.batch_evals import custom_id, run_batch_eval
+from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.models.anthropic import DEFAULT_MODEL
 
 EVAL_MIME = "application/vnd.skills-magic.eval+json"
@@ -247,7 +247,7 @@ def test_the_whole_path_through_anthropic_base_url_and_a_real_socket(ip, magics,
 
 
 def test_run_batch_eval_reports_progress_and_polls_without_sleeping(sample_skills):
-    from skills_magic.catalog import Catalog, Source
+    from skills_magic.skills.catalog import Catalog, Source
 
     skills = list(Catalog([Source("bundled", str(sample_skills))]).scan().skills)
     fake = FakeBatches(lambda cid, params, number: answers(cid, params, number, flaky=()), polls_before_end=2)
@@ -268,7 +268,7 @@ def test_run_batch_eval_reports_progress_and_polls_without_sleeping(sample_skill
 
 
 def test_progress_never_goes_backwards_through_the_retry_round(sample_skills, tmp_path):
-    from skills_magic.catalog import Catalog, Source
+    from skills_magic.skills.catalog import Catalog, Source
 
     skills = list(Catalog([Source("bundled", str(sample_skills))]).scan().skills)
     fake = FakeBatches(answers, polls_before_end=0)

@@ -15,8 +15,8 @@ import pytest
 from processes import gone, wait_until_gone
 from skillfiles import write_file
 
-import skills_magic.execute as execute
-from skills_magic.execute import ScriptError, clean_environment, run_script
+import skills_magic.safety.execute as execute
+from skills_magic.safety.execute import ScriptError, clean_environment, run_script
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from processes import gone, processes_running, wait_until_gone
 from IPython.core.error import StdinNotImplementedError
 
 from skillfiles import make_skill, write_file
-from skills_magic.catalog import Source
-from skills_magic.execute import DEFAULT_TIMEOUT_SECONDS, MAX_OUTPUT_BYTES
-from skills_magic.gate import Gate, PermissionRequest, Unattended, unattended
+from skills_magic.skills.catalog import Source
+from skills_magic.safety.execute import DEFAULT_TIMEOUT_SECONDS, MAX_OUTPUT_BYTES
+from skills_magic.safety.gate import Gate, PermissionRequest, Unattended, unattended
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.session import SkillsSession
 
@@ -206,7 +206,7 @@ def test_an_allow_rule_with_env_lets_exactly_that_variable_through(place, secret
 
 
 def test_a_policy_file_entry_with_env_lets_exactly_that_variable_through(place, secrets):
-    from skills_magic.trust import user_policy_path
+    from skills_magic.safety.trust import user_policy_path
 
     build_skill(place / "skills", scripts={"scripts/env.py": ENV_DUMP})
     # the user's own file in their config folder: a project's skills-policy.yaml never grants `env` (test_trust.py)

@@ -4,7 +4,7 @@ test_network_hosts)."""
 
 from __future__ import annotations
 
-from skills_magic.hints import failure_hint
+from skills_magic.safety.hints import failure_hint
 
 PYTHON_MISSING_FILE = """Traceback (most recent call last):
   File "/s/generate_report.py", line 9, in <module>

@@ -48,13 +48,13 @@ def test_public_names_resolve_lazily_to_their_defining_modules():
 
     assert found["before"] == []
     assert found["resolved"] == {
-        "Skill": "skills_magic.skill",
-        "Diagnostic": "skills_magic.skill",
-        "read_skill_file": "skills_magic.skill",
-        "validate_path": "skills_magic.validate",
-        "Catalog": "skills_magic.catalog",
-        "Source": "skills_magic.catalog",
-        "plan_listing": "skills_magic.listing",
+        "Skill": "skills_magic.skills.skill",
+        "Diagnostic": "skills_magic.skills.skill",
+        "read_skill_file": "skills_magic.skills.skill",
+        "validate_path": "skills_magic.skills.validate",
+        "Catalog": "skills_magic.skills.catalog",
+        "Source": "skills_magic.skills.catalog",
+        "plan_listing": "skills_magic.skills.listing",
         "SkillsSession": "skills_magic.session",
         "SkillsMagicError": "skills_magic.errors",
         "SkillNotFound": "skills_magic.errors",
@@ -64,7 +64,7 @@ def test_public_names_resolve_lazily_to_their_defining_modules():
 def test_a_lazy_name_is_the_same_object_as_in_its_module():
     import skills_magic
     from skills_magic.session import SkillsSession
-    from skills_magic.skill import Skill
+    from skills_magic.skills.skill import Skill
 
     assert skills_magic.Skill is Skill
     assert skills_magic.SkillsSession is SkillsSession
@@ -113,8 +113,8 @@ def test_star_import_gives_every_public_name():
 
 @pytest.mark.parametrize(
     "module",
-    ["skills_magic.skill", "skills_magic.validate", "skills_magic.catalog", "skills_magic.listing",
-     "skills_magic.session", "skills_magic.display", "skills_magic.errors", "skills_magic.cli"],
+    ["skills_magic.skills.skill", "skills_magic.skills.validate", "skills_magic.skills.catalog", "skills_magic.skills.listing",
+     "skills_magic.session", "skills_magic.notebook.views", "skills_magic.errors", "skills_magic.cli"],
 )
 def test_the_core_never_imports_ipython_ipywidgets_or_anthropic(module):
     loaded = run_python(

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from skillfiles import make_skill, write_file
-from skills_magic.catalog import Source
-from skills_magic.magics import SkillsMagics, unregister
+from skills_magic.skills.catalog import Source
+from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.models.scripted import ScriptedModel
-from skills_magic.policy import Policy, escape_pattern, parse_rule, pattern_matches, pre_approval_hint
-from skills_magic.sandbox import availability
+from skills_magic.safety.policy import Policy, escape_pattern, parse_rule, pattern_matches, pre_approval_hint
+from skills_magic.safety.sandbox import availability
 from skills_magic.session import SkillsSession
 
 SANDBOXED, _ = availability()

@@ -88,7 +88,7 @@ def _on_disk(folder: Path, shown: str) -> Path:
     if shown.startswith("<session>/"):
         return CORPUS.parent / shown[len("<session>/") :]
     if shown.startswith("<bundled>/"):
-        from skills_magic.catalog import bundled_skills_folder
+        from skills_magic.skills.catalog import bundled_skills_folder
 
         return Path(bundled_skills_folder(), shown[len("<bundled>/") :])
     return Path(os.path.normpath(os.path.join(folder, os.path.expanduser(shown))))

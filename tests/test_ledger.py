@@ -1,4 +1,4 @@
-"""The experiment ledger's actions and rules (skills_magic.ledger), the session's `test_prediction` through the
+"""The experiment ledger's actions and rules (skills_magic.records.ledger), the session's `test_prediction` through the
 permission gate, and the `experiment` tool the model gets in a run (on the scripted model).
 
 Every refused action must raise a named error and write nothing: the tests count the rows of the file before and
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from skillfiles import make_skill
 
-from skills_magic.catalog import Source
-from skills_magic.db import Database
-from skills_magic.display import RunView
+from skills_magic.skills.catalog import Source
+from skills_magic.records.db import Database
+from skills_magic.notebook.views import RunView
 from skills_magic.errors import SkillsMagicError
-from skills_magic.ledger import (
+from skills_magic.records.ledger import (
     KINDS,
     LIST_LIMIT,
     MAX_TEXT_CHARS,
@@ -337,7 +337,7 @@ def test_list_shows_the_newest_entries_and_exact_counts_beyond_the_limit(ledger)
     assert state.open_count == LIST_LIMIT + extra - 10
     assert [p.label for p in state.open] == [f"P{i}" for i in range(11, 11 + LIST_LIMIT)]  # the oldest open ones
     assert state.headline == f"sci.demo: {total} entries, {LIST_LIMIT + extra - 10} open predictions"
-    from skills_magic.display import LedgerStateView
+    from skills_magic.notebook.views import LedgerStateView
 
     text = LedgerStateView(state, "ledger.sqlite").text()
     assert text.splitlines()[:2] == [state.headline, f"(the newest {LIST_LIMIT} of {total} entries)"]

@@ -16,8 +16,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from skills_magic.db import Database
-from skills_magic.ledger import Ledger
+from skills_magic.records.db import Database
+from skills_magic.records.ledger import Ledger
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 REPO = Path(__file__).resolve().parent.parent

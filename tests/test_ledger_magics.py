@@ -11,8 +11,8 @@ import sqlite3
 import pytest
 from IPython.core.error import UsageError
 
-from skills_magic.display import LedgerEntryView, LedgerStateView, ModelView, RunView
-from skills_magic.magics import SkillsMagics, unregister
+from skills_magic.notebook.views import LedgerEntryView, LedgerStateView, ModelView, RunView
+from skills_magic.notebook.magics import SkillsMagics, unregister
 
 LEDGER_MIME = "application/vnd.skills-magic.ledger+json"
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from skills_magic.db import Database
-from skills_magic.ledger import Ledger, PredictionAlreadyJudged
+from skills_magic.records.db import Database
+from skills_magic.records.ledger import Ledger, PredictionAlreadyJudged
 
 PLAN = "sci.demo"
 LABEL = re.compile(r"([HPVOCS])([1-9][0-9]*)")
@@ -29,8 +29,8 @@ SAFETY_SECONDS = 120  # only so that a broken child cannot hang the suite; never
 
 APPENDER = r"""
 import sys
-from skills_magic.db import Database
-from skills_magic.ledger import Ledger
+from skills_magic.records.db import Database
+from skills_magic.records.ledger import Ledger
 
 path, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ledger = Ledger(Database(path), tag)
@@ -45,8 +45,8 @@ print("done", flush=True)
 
 LOOPER = r"""
 import sys
-from skills_magic.db import Database
-from skills_magic.ledger import Ledger
+from skills_magic.records.db import Database
+from skills_magic.records.ledger import Ledger
 
 ledger = Ledger(Database(sys.argv[1]), "looper")
 i = 0
@@ -431,7 +431,7 @@ def test_the_file_is_in_wal_mode_with_a_busy_timeout(filled):
 
 
 def test_the_database_location_follows_skills_magic_db(tmp_path, monkeypatch):
-    from skills_magic.db import resolve_path
+    from skills_magic.records.db import resolve_path
 
     monkeypatch.setenv("SKILLS_MAGIC_DB", "elsewhere/x.sqlite")
     assert resolve_path(str(tmp_path)) == str(tmp_path / "elsewhere" / "x.sqlite")

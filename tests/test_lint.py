@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skills_magic.lint import (
+from skills_magic.skills.lint import (
     LISTING_CUT,
     MIN_DESCRIPTION_LENGTH,
     RULES,
@@ -19,7 +19,7 @@ from skills_magic.lint import (
     lint_path,
     lint_skill,
 )
-from skills_magic.validate import MAX_DESCRIPTION_LENGTH, load_skill
+from skills_magic.skills.validate import MAX_DESCRIPTION_LENGTH, load_skill
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(p for p in (REPO / "sample-skills").iterdir() if (p / "SKILL.md").is_file())

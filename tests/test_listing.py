@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from skills_ref import to_prompt
 
-from skills_magic.catalog import Catalog, Source
-from skills_magic.listing import (
+from skills_magic.skills.catalog import Catalog, Source
+from skills_magic.skills.listing import (
     DEFAULT_BUDGET_CHARS,
     ELLIPSIS,
     MIN_DESCRIPTION_CHARS,
@@ -20,8 +20,8 @@ from skills_magic.listing import (
     text_listing,
     xml_listing,
 )
-from skills_magic.skill import Frontmatter, Skill
-from skills_magic.validate import validate_folder
+from skills_magic.skills.skill import Frontmatter, Skill
+from skills_magic.skills.validate import validate_folder
 from skillfiles import make_skill
 
 MARKER = re.compile(

@@ -18,8 +18,8 @@ from IPython.core.error import UsageError
 
 from skillfiles import make_skill
 from skills_magic import load_ipython_extension, unload_ipython_extension
-from skills_magic.catalog import bundled_skills_folder
-from skills_magic.magics import SkillsMagics, unregister
+from skills_magic.skills.catalog import bundled_skills_folder
+from skills_magic.notebook.magics import SkillsMagics, unregister
 
 SAMPLE_NAMES = sorted(p.name for p in (Path(__file__).resolve().parent.parent / "sample-skills").iterdir()
                       if (p / "SKILL.md").is_file())  # the bundled sample skills, in listing order
@@ -659,7 +659,7 @@ def test_load_and_unload_the_extension(ip, project):
 
 
 def test_help_text_names_every_subcommand():
-    from skills_magic.magics import SkillsMagics
+    from skills_magic.notebook.magics import SkillsMagics
 
     doc = SkillsMagics.skills.__doc__
     for command in ("list", "show", "validate", "add", "sources", "diagnostics"):

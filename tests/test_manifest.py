@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from skillfiles import make_skill, write_file
-from skills_magic.catalog import Source
-from skills_magic.gate import unattended
-from skills_magic.manifest import LOCK_FILE, LOCK_HEADER, FileState, Manifest, ManifestMismatch, lock_path, skill_files
+from skills_magic.skills.catalog import Source
+from skills_magic.safety.gate import unattended
+from skills_magic.safety.manifest import LOCK_FILE, LOCK_HEADER, FileState, Manifest, ManifestMismatch, lock_path, skill_files
 from skills_magic.session import SkillsSession
 
 RUN = "print('ran')\n"

@@ -20,9 +20,9 @@ import pytest
 from IPython.core.error import UsageError
 
 from skillfiles import make_skill, write_file
-from skills_magic.catalog import Source
-from skills_magic.magics import SkillsMagics, unregister
-from skills_magic.manifest import (
+from skills_magic.skills.catalog import Source
+from skills_magic.notebook.magics import SkillsMagics, unregister
+from skills_magic.safety.manifest import (
     LOCK_FILE,
     Manifest,
     ManifestMismatch,
@@ -45,14 +45,14 @@ EVIL = b"print('evil!!!!')\n"  # as long as REVIEWED: a write in place can tear 
 
 # each runs in a child Python, so a read that blocks forever fails one test instead of hanging the suite
 CHECK = """import sys
-from skills_magic.manifest import Manifest, ManifestMismatch
+from skills_magic.safety.manifest import Manifest, ManifestMismatch
 try:
     print("passed" if Manifest(sys.argv[1]).check("x", sys.argv[2]) else "not reviewed")
 except ManifestMismatch as error:
     print(f"{type(error).__name__}: {error}")
 """
 REVIEW = """import sys
-from skills_magic.catalog import Source
+from skills_magic.skills.catalog import Source
 from skills_magic.errors import SkillsMagicError
 from skills_magic.session import SkillsSession
 session = SkillsSession(sources=[Source("session", sys.argv[1] + "/skills", explicit=True)], cwd=sys.argv[1])
@@ -62,7 +62,7 @@ except SkillsMagicError as error:
     print(f"{type(error).__name__}: {error}")
 """
 COPY = """import sys
-from skills_magic.manifest import Manifest, ManifestMismatch
+from skills_magic.safety.manifest import Manifest, ManifestMismatch
 try:
     print(sorted(Manifest(sys.argv[1]).copy("x", sys.argv[2], sys.argv[3]).files))
 except ManifestMismatch as error:

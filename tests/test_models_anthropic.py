@@ -15,8 +15,8 @@ import pytest
 from fake_anthropic import (Error, FakeMessagesAPI, StreamError, forget_machine_setup, message, sent_key, text_block,
                             text_message, text_pieces, tool_message, tool_use_block, usage)
 from skillfiles import make_skill
-from skills_magic.agent import SYSTEM_INSTRUCTIONS, Agent, tool_definitions
-from skills_magic.catalog import Catalog, Source
+from skills_magic.runs.agent import SYSTEM_INSTRUCTIONS, Agent, tool_definitions
+from skills_magic.skills.catalog import Catalog, Source
 from skills_magic.models import anthropic as anthropic_module
 from skills_magic.models.anthropic import DEFAULT_MODEL, AnthropicModel, resolve_model, warm_up
 from skills_magic.models.base import ModelError, usage_of

@@ -26,8 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from processes import processes_running, wait_until_gone
 
-from skills_magic import netproxy
-from skills_magic.netproxy import (
+from skills_magic.safety import netproxy
+from skills_magic.safety.netproxy import (
     REFUSED_PATTERNS,
     HostPattern,
     HostPatterns,
@@ -680,7 +680,7 @@ def test_the_forwarder_is_stdlib_only_and_import_skills_magic_does_not_load_the_
     assert "skills_magic" not in "".join(line.split("#")[0] for line in netproxy.FORWARDER_SOURCE.splitlines()
                                          if line.lstrip().startswith(("import", "from")))
     assert forwarder_command(0, "/s", 7)[1:4] == ["-I", "-S", "-c"]
-    check = "import sys, skills_magic; print('skills_magic.netproxy' in sys.modules)"
+    check = "import sys, skills_magic; print('skills_magic.safety.netproxy' in sys.modules)"
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
     assert loaded.stdout.strip() == "False", loaded.stderr
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from skills_magic import sandbox
-from skills_magic.catalog import Source
-from skills_magic.gate import unattended
+from skills_magic.safety import sandbox
+from skills_magic.skills.catalog import Source
+from skills_magic.safety.gate import unattended
 from skills_magic.session import SkillsSession
 from skillfiles import make_skill
 
@@ -117,7 +117,7 @@ def test_without_a_grant_there_is_no_network_and_the_hint_says_how_to_grant_host
 
 
 def test_wildcard_patterns_grant_subdomains_only(place):
-    from skills_magic.netproxy import HostPatterns
+    from skills_magic.safety.netproxy import HostPatterns
 
     patterns = HostPatterns.parse("*.crossref.org,doi.org")
     assert patterns.allows("api.crossref.org") and patterns.allows("a.b.crossref.org") and patterns.allows("doi.org")
@@ -142,7 +142,7 @@ def test_a_trusted_project_file_may_name_hosts_but_not_grant_the_whole_network(p
 
 
 def test_policy_and_the_magic_show_the_hosts(place, ip):
-    from skills_magic.magics import SkillsMagics, unregister
+    from skills_magic.notebook.magics import SkillsMagics, unregister
 
     session_with(place)
     instance = SkillsMagics(shell=ip)
@@ -157,7 +157,7 @@ def test_policy_and_the_magic_show_the_hosts(place, ip):
 
 
 def test_a_bad_host_pattern_is_a_one_line_error(place):
-    from skills_magic.policy import RuleError
+    from skills_magic.safety.policy import RuleError
 
     session = session_with(place)
     for bad in ("https://pypi.org/simple", "*pypi.org", "two words", "*.org"):
@@ -178,7 +178,7 @@ def test_the_proxy_refuses_before_any_lookup(place, monkeypatch):
 
 
 def test_a_write_grant_for_a_missing_folder_creates_it_and_a_missing_file_is_refused(place):
-    from skills_magic.policy import RuleError
+    from skills_magic.safety.policy import RuleError
 
     session = session_with(place)
     session.add_rule("allow", "x:scripts/*", writable=["out/figures"])

@@ -22,7 +22,7 @@ def test_wheel_ships_the_sample_skills_and_an_installed_package_lists_them(tmp_p
     install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)],
                              capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr
-    code = "from skills_magic.catalog import bundled_skills_folder as b; from skills_magic.session import SkillsSession as S; " \
+    code = "from skills_magic.skills.catalog import bundled_skills_folder as b; from skills_magic.session import SkillsSession as S; " \
            "print(b()); print(sorted(s.name for s in S().scan().skills if s.source == 'bundled'))"
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "SKILLS_MAGIC_SOURCES": "bundled"}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)

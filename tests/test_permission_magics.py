@@ -12,11 +12,11 @@ from IPython.core.error import StdinNotImplementedError, UsageError
 from traitlets.config import Config
 
 from skillfiles import make_skill, write_file
-from skills_magic.catalog import Source
-from skills_magic.display import AuditView, PolicyView, ReviewView
-from skills_magic.gate import PermissionRequest
-from skills_magic.magics import SkillsMagics, unregister
-from skills_magic.manifest import LOCK_HEADER
+from skills_magic.skills.catalog import Source
+from skills_magic.notebook.views import AuditView, PolicyView, ReviewView
+from skills_magic.safety.gate import PermissionRequest
+from skills_magic.notebook.magics import SkillsMagics, unregister
+from skills_magic.safety.manifest import LOCK_HEADER
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.session import SkillsSession
 

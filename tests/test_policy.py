@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from skills_magic.catalog import Source
+from skills_magic.skills.catalog import Source
 from skills_magic.errors import SkillsMagicError
-from skills_magic.policy import POLICY_FILE, USER_ORIGIN, Decision, Policy, Rule, RuleError, parse_rule, pre_approval_hint
+from skills_magic.safety.policy import POLICY_FILE, USER_ORIGIN, Decision, Policy, Rule, RuleError, parse_rule, pre_approval_hint
 from skills_magic.session import SkillsSession
 
 # --- parsing ----------------------------------------------------------------------------------------------------
@@ -315,7 +315,7 @@ def test_a_rule_from_a_cloned_repository_sits_beside_the_users(tmp_path: Path):
 def test_the_project_policy_file_is_read_again_when_it_changes(tmp_path):
     import os
 
-    from skills_magic.policy import Policy
+    from skills_magic.safety.policy import Policy
 
     path = tmp_path / "skills-policy.yaml"
     path.write_text("allow:\n  - x:scripts/*\n", encoding="utf-8")

@@ -16,8 +16,8 @@ from IPython.core.error import UsageError
 
 from fake_anthropic import FakeMessagesAPI, forget_machine_setup, text_message, tool_message, usage
 from skillfiles import make_skill
-from skills_magic.catalog import Source
-from skills_magic.magics import SkillsMagics, unregister
+from skills_magic.skills.catalog import Source
+from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.models.anthropic import DEFAULT_MODEL, AnthropicModel
 from skills_magic.models.replay import CASSETTE_VERSION, RecordingModel, ReplayMismatch, ReplayModel
 from skills_magic.models.scripted import ScriptedModel

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from skills_magic.display import RunView
-from skills_magic.magics import SkillsMagics, unregister
+from skills_magic.notebook.views import RunView
+from skills_magic.notebook.magics import SkillsMagics, unregister
 
 RUN_MIME = "application/vnd.skills-magic.run+json"
 TURNS = """turns:

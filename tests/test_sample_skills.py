@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from skills_magic.validate import validate_folder
+from skills_magic.skills.validate import validate_folder
 
 SAMPLES = sorted(p for p in (Path(__file__).resolve().parent.parent / "sample-skills").iterdir() if (p / "SKILL.md").is_file())
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from processes import processes_running, wait_until_gone
 
-from skills_magic import sandbox
-from skills_magic.catalog import Source
-from skills_magic.gate import unattended
+from skills_magic.safety import sandbox
+from skills_magic.skills.catalog import Source
+from skills_magic.safety.gate import unattended
 from skills_magic.session import SkillsSession
 from skillfiles import make_skill
 
@@ -124,7 +124,7 @@ def test_writes_outside_the_working_folder_are_refused_unless_granted(place):
 
 
 def test_writes_in_the_working_folder_land_in_the_run_not_in_the_project(place):
-    from skills_magic.sandbox import overlay_availability
+    from skills_magic.safety.sandbox import overlay_availability
 
     if not overlay_availability()[0]:
         pytest.skip(overlay_availability()[1])
@@ -206,7 +206,7 @@ def test_without_a_sandbox_a_run_is_refused_unless_a_rule_allows_it_unsandboxed(
 
 
 def test_a_policy_file_cannot_allow_unsandboxed_runs(place):
-    from skills_magic.policy import Policy
+    from skills_magic.safety.policy import Policy
 
     (place / "skills-policy.yaml").write_text("allow:\n  - {rule: 'x:scripts/*', unsandboxed: true}\n")
     policy = Policy()
@@ -217,7 +217,7 @@ def test_a_policy_file_cannot_allow_unsandboxed_runs(place):
 
 
 def test_policy_shows_the_sandbox_mode_and_the_grants(place, ip):
-    from skills_magic.magics import SkillsMagics, unregister
+    from skills_magic.notebook.magics import SkillsMagics, unregister
 
     skill_with(place, "hi.py", "print('hi')\n")
     instance = SkillsMagics(shell=ip)
@@ -233,7 +233,7 @@ def test_policy_shows_the_sandbox_mode_and_the_grants(place, ip):
 
 @pytest.mark.sandbox_fallback
 def test_without_overlayfs_the_working_folder_is_read_only_and_policy_and_the_hint_say_how_to_enable_it(place, monkeypatch, ip):
-    from skills_magic.magics import SkillsMagics, unregister
+    from skills_magic.notebook.magics import SkillsMagics, unregister
 
     reason = ("read-only in runs: no overlayfs in a user namespace here (mount: permission denied); a Linux kernel "
               "5.11 or newer with unprivileged overlayfs makes it copy-on-write")
@@ -260,7 +260,7 @@ def test_without_overlayfs_the_working_folder_is_read_only_and_policy_and_the_hi
 
 def test_a_notebook_inside_its_skills_folder_still_runs_from_the_private_copy_and_writes_copy_on_write(tmp_path, monkeypatch):
     """Prototyping a skill with the notebook in its own folder: the copy must not hide the working folder."""
-    from skills_magic.sandbox import overlay_availability
+    from skills_magic.safety.sandbox import overlay_availability
 
     folder = tmp_path / "x"
     make_skill(folder, name="x")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from skills_magic.display import WrittenView
-from skills_magic.magics import SkillsMagics, unregister
+from skills_magic.notebook.views import WrittenView
+from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.session import WRITE_FOLDER
 
 WRITTEN_MIME = "application/vnd.skills-magic.written+json"
@@ -226,7 +226,7 @@ def test_a_dir_that_is_a_file_is_a_usage_error(ip, magics, tmp_path):
 
 
 def test_a_folder_that_is_both_a_session_and_a_project_source_counts_its_skill_once_per_source(ip, tmp_path, monkeypatch):
-    from skills_magic.magics import SkillsMagics, unregister
+    from skills_magic.notebook.magics import SkillsMagics, unregister
 
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "project")
     monkeypatch.chdir(tmp_path)

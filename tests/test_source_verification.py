@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skills_magic.validate import validate_folder
+from skills_magic.skills.validate import validate_folder
 
 SKILL = Path(__file__).resolve().parent.parent / "sample-skills" / "source-verification"
 SOURCES = SKILL / "assets" / "sources"

@@ -15,13 +15,13 @@ import pytest
 from IPython.core.error import UsageError
 
 from skillfiles import make_skill, write_file
-from skills_magic import sandbox
-from skills_magic.catalog import Source
-from skills_magic.display import PolicyView, TrustView
-from skills_magic.gate import unattended
-from skills_magic.policy import POLICY_FILE, USER_ORIGIN, Policy
+from skills_magic.safety import sandbox
+from skills_magic.skills.catalog import Source
+from skills_magic.notebook.views import PolicyView, TrustView
+from skills_magic.safety.gate import unattended
+from skills_magic.safety.policy import POLICY_FILE, USER_ORIGIN, Policy
 from skills_magic.session import SkillsSession
-from skills_magic.trust import CONFIG_DIR_ENV, NothingToTrust, TrustStore, TrustStoreUnreadable, config_dir, user_policy_path
+from skills_magic.safety.trust import CONFIG_DIR_ENV, NothingToTrust, TrustStore, TrustStoreUnreadable, config_dir, user_policy_path
 
 API_KEY = "sk-ant-must-never-reach-the-helper"
 # the helper of a cloned repository: shows its environment, tries to append to the user's ~/.bashrc and to reach a
@@ -353,7 +353,7 @@ def test_the_users_own_policy_file_grants_with_full_powers_without_trust(clone, 
 
 @pytest.fixture
 def magics(ip, clone, monkeypatch):
-    from skills_magic.magics import SkillsMagics, unregister
+    from skills_magic.notebook.magics import SkillsMagics, unregister
 
     def nobody(prompt=""):
         raise EOFError

@@ -11,7 +11,7 @@ import pytest
 import skills_ref
 from skills_ref.parser import read_properties
 
-from skills_magic.validate import validate_folder
+from skills_magic.skills.validate import validate_folder
 
 # corpus folders where the verdicts differ on purpose -> the docs/validation.md section that explains why
 CORPUS_DIVERGENCES = {
@@ -136,7 +136,7 @@ def test_d1_a_dashes_inside_a_value_do_not_end_the_frontmatter(tmp_path):
 
 
 def test_d1_b_skills_ref_cuts_the_value_where_we_keep_it_whole(tmp_path):
-    from skills_magic.validate import load_skill
+    from skills_magic.skills.validate import load_skill
 
     skill = write(tmp_path, "pdf", "---\nname: pdf\ndescription: before --- after\n---\nbody\n")
     assert read_properties(skill).description == "before"

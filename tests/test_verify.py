@@ -1,4 +1,4 @@
-"""Claim verification by adversarial votes (skills_magic.verify): the rule, the prompt, the verdict schema, the
+"""Claim verification by adversarial votes (skills_magic.runs.verify): the rule, the prompt, the verdict schema, the
 claims, the concurrent orchestration (on the scripted model), script voters through the permission gate, the
 session's ledger observations, and `%%skill verify` through an IPython shell.
 
@@ -20,13 +20,13 @@ import yaml
 from IPython.core.error import UsageError
 from skillfiles import make_skill
 
-from skills_magic import verify as v
-from skills_magic.catalog import Source
-from skills_magic.display import VotesView, mime
-from skills_magic.magics import SkillsMagics, unregister
+from skills_magic.runs import verify as v
+from skills_magic.skills.catalog import Source
+from skills_magic.notebook.views import VotesView, mime
+from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.session import SkillsSession
-from skills_magic.verify import (
+from skills_magic.runs.verify import (
     CONCURRENCY,
     MAX_CLAIMS,
     REFUTATIONS_REQUIRED,
@@ -857,7 +857,7 @@ def shown(monkeypatch):
 
 
 def test_with_a_kernel_a_vote_board_is_shown_and_ends_with_the_same_outcomes(ip, magics, monkeypatch, shown):
-    from skills_magic.widgets import VoteBoard
+    from skills_magic.notebook.widgets import VoteBoard
 
     monkeypatch.setattr(ip, "kernel", types.SimpleNamespace(_allow_stdin=False), raising=False)
     updates: list[str] = []
@@ -891,7 +891,7 @@ def test_with_a_kernel_a_vote_board_is_shown_and_ends_with_the_same_outcomes(ip,
 
 
 def test_with_a_kernel_and_more_claims_than_the_limit_the_board_has_only_the_verified_rows(ip, magics, monkeypatch, shown):
-    from skills_magic.widgets import VoteBoard
+    from skills_magic.notebook.widgets import VoteBoard
 
     monkeypatch.setattr(ip, "kernel", types.SimpleNamespace(_allow_stdin=False), raising=False)
     view = verify_cell(ip, "--max-claims 2")
@@ -901,7 +901,7 @@ def test_with_a_kernel_and_more_claims_than_the_limit_the_board_has_only_the_ver
 
 
 def test_in_a_plain_shell_no_board_is_created(ip, magics, monkeypatch, shown):
-    import skills_magic.widgets
+    import skills_magic.notebook.widgets
 
     created = []
 
@@ -910,7 +910,7 @@ def test_in_a_plain_shell_no_board_is_created(ip, magics, monkeypatch, shown):
             created.append(args)
 
     assert getattr(ip, "kernel", None) is None
-    monkeypatch.setattr(skills_magic.widgets, "VoteBoard", Spy)
+    monkeypatch.setattr(skills_magic.notebook.widgets, "VoteBoard", Spy)
     view = verify_cell(ip)
     assert created == [] and shown == []
     assert [c["outcome"] for c in view.data()["claims"]] == OUTCOMES

@@ -21,11 +21,11 @@ import httpx2
 import pytest
 from fake_anthropic import Error, FakeAnthropicServer, forget_machine_setup, text_message, tool_message, usage
 
-from skills_magic.catalog import Source
-from skills_magic.display import VotesView
+from skills_magic.skills.catalog import Source
+from skills_magic.notebook.views import VotesView
 from skills_magic.models.anthropic import AnthropicModel
 from skills_magic.session import SkillsSession
-from skills_magic.verify import (
+from skills_magic.runs.verify import (
     VERDICT_TOOL,
     Claim,
     ModelVoter,
@@ -33,7 +33,7 @@ from skills_magic.verify import (
     verify,
     voter_prompt,
 )
-from skills_magic.widgets import VoteBoard
+from skills_magic.notebook.widgets import VoteBoard
 
 KEY = "sk-ant-fake-verify-0123456789"
 MODEL_ID = "claude-test-verify"

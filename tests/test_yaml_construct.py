@@ -7,7 +7,7 @@ import datetime
 import pytest
 import yaml
 
-from skills_magic.skill import _Loader, _split, parse_frontmatter
+from skills_magic.skills.skill import _Loader, _split, parse_frontmatter
 
 
 def pyyaml(text: str):

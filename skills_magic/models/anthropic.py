@@ -93,7 +93,7 @@ class AnthropicModel:
     """The Messages API through `anthropic.Anthropic` / `anthropic.AsyncAnthropic`."""
 
     name = "anthropic"
-    supports_batches = True  # `skills_magic.batch` sends Message Batches through `client()`
+    supports_batches = True  # `skills_magic.models.batch` sends Message Batches through `client()`
     source = None  # the API itself: nothing to show
 
     def __init__(self, model: str | None = None, *, api_key: str | None = None, base_url: str | None = None,

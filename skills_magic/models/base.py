@@ -22,7 +22,7 @@ class ModelClient(Protocol):
 
     name: str  # "anthropic", "scripted", "replay", ...
     # what a client can do or holds beyond `create`, declared here with a plain client's defaults (never probed)
-    supports_batches: bool = False  # Message Batches (`skills_magic.batch`): needs `client()` and `api_key`
+    supports_batches: bool = False  # Message Batches (`skills_magic.models.batch`): needs `client()` and `api_key`
     source: str | None = None  # where the answers come from (a turns file, a cassette): `%skills model` shows it
     placeholders: dict[str, str] | None = None  # a cassette's: values written as placeholders (the session id, run ids)
 

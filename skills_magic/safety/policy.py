@@ -4,7 +4,7 @@ A rule names a skill and a path pattern inside it: `source-verification:scripts/
 `source-verification:scripts/*`, or `source-verification:!date *` for an inline shell command of its body. A `*` for
 the skill matches every skill, and is accepted only where the user typed it (`%skills allow`, IPython config), never
 from a project's `skills-policy.yaml`, which arrives with a cloned repository: its allow rules are inert until the
-user trusts its exact bytes (`skills_magic.trust`), and even then it grants no secrets, no unsandboxed runs and no
+user trusts its exact bytes (`skills_magic.safety.trust`), and even then it grants no secrets, no unsandboxed runs and no
 writes outside its folder. A skill's own `allowed-tools` is shown as a request and never taken as a grant.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from skills_magic.errors import SkillsMagicError
-from skills_magic.trust import (NothingToTrust, TrustError, TrustReport, TrustStore, sha256_of, short, user_policy_path,
+from skills_magic.safety.trust import (NothingToTrust, TrustError, TrustReport, TrustStore, sha256_of, short, user_policy_path,
                                 write_atomically)
 
 POLICY_FILE = "skills-policy.yaml"  # in the session's folder
@@ -76,7 +76,7 @@ _COUNTED_LIMITS = ("processes", "cpu", "timeout")  # whole numbers; the others a
 
 def parse_limits(values) -> tuple[tuple[str, int], ...]:
     """{"memory": "4G", "processes": 512} -> (("memory", 4294967296), ("processes", 512)); RuleError when off."""
-    from skills_magic.sandbox import parse_size
+    from skills_magic.safety.sandbox import parse_size
 
     parsed = []
     for name, value in (dict(values or {})).items():
@@ -94,7 +94,7 @@ def parse_limits(values) -> tuple[tuple[str, int], ...]:
 
 
 def _limit_text(name: str, value: int) -> str:
-    from skills_magic.sandbox import size_text
+    from skills_magic.safety.sandbox import size_text
 
     return str(value) + (" s" if name in ("cpu", "timeout") else "") if name in _COUNTED_LIMITS else size_text(value)
 
@@ -155,7 +155,7 @@ def _network_grant(text, network, user_typed: bool, origin: str) -> tuple[bool, 
             raise RuleError(f"{text!r}: the whole network is granted only from {USER_ONLY}, not from {origin}; name "
                             "the hosts instead, e.g. network: [pypi.org]")
         return True, ()
-    from skills_magic.netproxy import HostPatterns
+    from skills_magic.safety.netproxy import HostPatterns
 
     grants = [network] if isinstance(network, str) else list(network)
     if not all(isinstance(g, str) for g in grants):
@@ -290,7 +290,7 @@ class Policy:
 
     def grants(self, skill: str, path: str):
         """Everything every matching allow rule grants (nothing when a deny rule matches)."""
-        from skills_magic.sandbox import Grants, Limits
+        from skills_magic.safety.sandbox import Grants, Limits
 
         if self.decide(skill, path).verdict != "allow":
             return Grants()

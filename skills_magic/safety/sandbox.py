@@ -536,7 +536,7 @@ def proxy_env(proxy, hosts: Sequence[str] = ()) -> list[tuple[str, str]]:
     loopback stays direct (a script's own test server), unless loopback itself is granted: then it means the host's."""
     if proxy is None:
         return []
-    from skills_magic import netproxy
+    from skills_magic.safety import netproxy
 
     environment = netproxy.proxy_environment(netproxy.SANDBOX_PROXY_PORT)
     if not any(h.split(":")[0].strip("[]") in LOOPBACK_NAMES or h.startswith("127.") for h in hosts):
@@ -582,7 +582,7 @@ def prepare(folder: str, run: str, grants: Grants, *, home: str | None = None, p
         seccomp_fd = reader
     proxy, forward = None, None
     if grants.hosts and not grants.network:
-        from skills_magic import netproxy
+        from skills_magic.safety import netproxy
 
         socket_folder = tempfile.mkdtemp(prefix="skills-magic-proxy-", dir=_live_root())
         proxy = netproxy.NetworkProxy(netproxy.HostPatterns.parse(",".join(grants.hosts)),

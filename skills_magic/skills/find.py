@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from skills_magic.skill import SKILL_FILENAMES, Diagnostic
+from skills_magic.skills.skill import SKILL_FILENAMES, Diagnostic
 
 MAX_SEARCH_DEPTH = 6  # folders below a source root; real collections nest skills 1-3 levels deep
 SKIPPED_FOLDERS = frozenset(  # never skills, often huge: searching them would make a listing slow

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from skills_magic.errors import SkillsMagicError
-from skills_magic.skill import SKILL_FILENAMES, Skill
+from skills_magic.skills.skill import SKILL_FILENAMES, Skill
 
 MAX_RESOURCES_LISTED = 200  # a skill with more files lists this many and says how many more there are
 MAX_RESOURCE_BYTES = 256 * 1024  # a reference larger than this is refused: it would crowd the context

@@ -11,11 +11,11 @@ import html
 from typing import Any
 from collections.abc import Callable, Sequence
 
-from skills_magic.catalog import CatalogScan, Source
-from skills_magic.listing import Listing
+from skills_magic.skills.catalog import CatalogScan, Source
+from skills_magic.skills.listing import Listing
 from skills_magic.session import SourceStatus
-from skills_magic.skill import Diagnostic, Skill
-from skills_magic.validate import Verdict
+from skills_magic.skills.skill import Diagnostic, Skill
+from skills_magic.skills.validate import Verdict
 
 MIME_PREFIX = "application/vnd.skills-magic."
 ADDED_NAMES_SHOWN = 10  # `%skills add` of a big collection names a few skills, `%skills list` shows them all
@@ -316,7 +316,7 @@ class RunView(View):
         self.result, self.seconds = result, seconds
 
     def _calls(self) -> list[str]:
-        from skills_magic.agent import describe_input
+        from skills_magic.runs.agent import describe_input
 
         lines = []
         for call in self.result.tool_calls:
@@ -501,7 +501,7 @@ class ModelView(View):
 
 
 def _sandbox_state() -> dict[str, Any]:
-    from skills_magic.sandbox import availability, overlay_availability
+    from skills_magic.safety.sandbox import availability, overlay_availability
 
     ok, why = availability()
     copy_on_write, how = overlay_availability()
@@ -532,7 +532,7 @@ class PolicyView(View):
                 lines += [f"    inert: {r}" for r in f.inert]
         lines.append("skills.lock:")
         lines += [f"  {name}: {state}" for name, state in self.skills_state]
-        from skills_magic.sandbox import availability
+        from skills_magic.safety.sandbox import availability
 
         ok, why = availability()
         working = f"; working folder: {_sandbox_state()['working_folder']['detail']}" if ok else ""
@@ -771,7 +771,7 @@ class VotesView(View):
         self.result = result
 
     def summary(self) -> str:
-        from skills_magic.verify import outcome_counts
+        from skills_magic.runs.verify import outcome_counts
 
         return outcome_counts(self.result)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from skills_magic.gate import Answer, PermissionRequest
+from skills_magic.safety.gate import Answer, PermissionRequest
 
 PROMPT_TIMEOUT_SECONDS = 300.0  # an unanswered prompt denies after five minutes; the run goes on without the script
 
@@ -82,7 +82,7 @@ class BackgroundRun:
         return answer
 
     def _work(self) -> None:
-        from skills_magic.display import RunView
+        from skills_magic.notebook.views import RunView
 
         try:
             self.result = self.session.run(self.task, self.name, self.arguments, asker=self.ask, **self.options)
@@ -103,7 +103,7 @@ class VoteBoard:
     """A live board: a row per claim, a cell per voter, redrawn as each vote arrives (from the worker thread)."""
 
     def __init__(self, claims, votes_per_claim: int):
-        from skills_magic.verify import ClaimResult, Vote
+        from skills_magic.runs.verify import ClaimResult, Vote
 
         self.claims = [ClaimResult(i, c, [Vote(i, seat + 1, "pending") for seat in range(votes_per_claim)])
                        for i, c in enumerate(claims)]
@@ -112,7 +112,7 @@ class VoteBoard:
         self._lock = threading.Lock()
 
     def _render(self, summary: str) -> str:
-        from skills_magic.display import votes_table_html
+        from skills_magic.notebook.views import votes_table_html
 
         return votes_table_html(self.claims, self.votes_per_claim, summary)
 

@@ -84,7 +84,7 @@ def clean_environment(environ: Mapping[str, str] | None = None, granted: Sequenc
 
     An allowlisted variable is still dropped when its name or value looks like a credential (SKILLS_MAGIC_TOKEN, a
     proxy URL with a password); a granted one passes as it is: the user asked for it by name."""
-    from skills_magic.redact import is_secret_name, looks_like_credential
+    from skills_magic.safety.redact import is_secret_name, looks_like_credential
 
     environ = os.environ if environ is None else environ
     return {
@@ -182,7 +182,7 @@ def run_script(folder: str, path: str, arguments: Sequence[str] = (), stdin: str
 
 def run_command(command: list[str], folder: str, label: str, arguments: tuple[str, ...], stdin: str, timeout: float,
                 env: dict[str, str], digest: str, sandbox: Any = None) -> ScriptRun:
-    """Run argv to completion or timeout. With `sandbox` (a prepared `skills_magic.sandbox.Box`), the argv runs
+    """Run argv to completion or timeout. With `sandbox` (a prepared `skills_magic.safety.sandbox.Box`), the argv runs
     inside it, its process limit is watched, and a limit that ends the run is named in `stopped`."""
     data = stdin.encode("utf-8", "replace")  # a lone surrogate from Python is not a crash
     box = sandbox
@@ -238,7 +238,7 @@ def run_command(command: list[str], folder: str, label: str, arguments: tuple[st
     exit_code = None if timed_out else process.returncode
     scratch, files, run_folder, working_folder, refused_hosts = None, (), None, None, ()
     if box is not None:
-        from skills_magic.sandbox import explain_stop, outputs
+        from skills_magic.safety.sandbox import explain_stop, outputs
 
         if not stopped and not timed_out:
             reason = explain_stop(box, exit_code, stderr)
@@ -278,7 +278,7 @@ def _watch_limits(process: subprocess.Popen, box: Any, stopped: list[str]) -> th
     def watch() -> None:
         while not done.wait(LIMIT_CHECK_SECONDS):
             if box.processes_limit_hit():
-                from skills_magic.sandbox import explain_stop
+                from skills_magic.safety.sandbox import explain_stop
 
                 stopped.append(explain_stop(box, None, "") or "stopped: process limit reached")
                 _kill_inside(process, box)

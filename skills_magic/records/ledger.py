@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skills_magic.clock import utc_now
-from skills_magic.db import Database
+from skills_magic.records.db import Database
 from skills_magic.errors import SkillsMagicError
 
 KINDS = ("hypothesis", "prediction", "verdict", "observation", "conclusion", "skip")

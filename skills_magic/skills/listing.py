@@ -12,7 +12,7 @@ import html
 from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
 
-from skills_magic.skill import Skill
+from skills_magic.skills.skill import Skill
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English text
 DEFAULT_BUDGET_CHARS = 8_000  # 1% of a 200k-token context window x 4 chars per token (DESIGN section 3)

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from skills_magic.find import find_skill_files
-from skills_magic.skill import (
+from skills_magic.skills.find import find_skill_files
+from skills_magic.skills.skill import (
     EXTENSION_FIELDS,
     SPEC_FIELDS,
     Diagnostic,

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from skills_magic.find import find_skill_files
-from skills_magic.skill import Skill, find_skill_md
-from skills_magic.validate import MAX_DESCRIPTION_LENGTH, load_skill
+from skills_magic.skills.find import find_skill_files
+from skills_magic.skills.skill import Skill, find_skill_md
+from skills_magic.skills.validate import MAX_DESCRIPTION_LENGTH, load_skill
 
 MIN_DESCRIPTION_LENGTH = 40  # under this there is too little for a model to choose on ("Helps with documents")
 LISTING_CUT = 250  # Claude Code caps a listing entry's description near here (2.1.86); the rest may never be seen

@@ -50,14 +50,14 @@ _USAGE = re.compile(r"error: (unrecognized arguments|the following arguments are
 
 
 def allow_command(skill: str, subject: str, grant: str) -> str:
-    from skills_magic.policy import pre_approval_hint
+    from skills_magic.safety.policy import pre_approval_hint
 
     return f"{pre_approval_hint(skill, subject)} {grant}"
 
 
 def refused_host_line(skill: str, subject: str, hosts: Sequence[str], host: str, port: int | None = None) -> str:
     """What the network proxy answers for a host this run was not granted: the host and the exact command."""
-    from skills_magic.netproxy import grant_for
+    from skills_magic.safety.netproxy import grant_for
 
     wanted = grant_for(host, port)
     return (f"skills_magic: host {wanted} is not granted to this run; allow it with "
@@ -117,7 +117,7 @@ def _read_only_hint(path: str | None, skill: str, subject: str, working_folder: 
         absolute = os.path.realpath(os.path.join(working_folder, path))
         inside = absolute == working_folder or absolute.startswith(working_folder.rstrip("/") + "/")
         if inside and not copy_on_write:
-            from skills_magic.sandbox import overlay_availability
+            from skills_magic.safety.sandbox import overlay_availability
 
             return (f"hint: the working folder is {overlay_availability()[1]}; to let it "
                     f"write there for real: {allow_command(skill, subject, '--write ' + os.path.dirname(absolute))}")

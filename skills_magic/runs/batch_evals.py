@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from skills_magic.agent import Agent
-from skills_magic.evals import EvalItem, EvalReport, RunRecord, prompt_text
+from skills_magic.runs.agent import Agent
+from skills_magic.runs.evals import EvalItem, EvalReport, RunRecord, prompt_text
 from skills_magic.models.base import usage_of
-from skills_magic.skill import Skill
+from skills_magic.skills.skill import Skill
 
 
 def custom_id(index: int, run: int) -> str:
@@ -20,7 +20,7 @@ def run_batch_eval(skills: Sequence[Skill], client, model_id: str, items: Sequen
                    strategy: str = "plain", label: str | None = None, show_path: Callable[[str], str] = str,
                    batch_id=None, on_progress: Callable[[int, int], None] | None = None,
                    poll_seconds: float | None = None, sleep=None) -> EvalReport:
-    from skills_magic.batch import POLL_SECONDS, run_batch
+    from skills_magic.models.batch import POLL_SECONDS, run_batch
 
     agent = Agent(skills, client, model_id, show_path=show_path, max_turns=1)
     requests = {}

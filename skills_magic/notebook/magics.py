@@ -11,11 +11,11 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from traitlets import List, Unicode
 
-from skills_magic import display
+from skills_magic.notebook import views as display
 from skills_magic.errors import SkillsMagicError
-from skills_magic.manifest import skill_files
+from skills_magic.safety.manifest import skill_files
 from skills_magic.session import SkillsSession
-from skills_magic.skill import CODES
+from skills_magic.skills.skill import CODES
 
 
 
@@ -420,7 +420,7 @@ class SkillsMagics(Magics):
         return view
 
     def _lint_findings(self, name: str | None = None) -> dict[str, list]:
-        from skills_magic.lint import lint_skill
+        from skills_magic.skills.lint import lint_skill
 
         skills = [self.session.skill(name)] if name else list(self.session.scan().skills)
         return {s.name: lint_skill(s) for s in skills}
@@ -555,7 +555,7 @@ class SkillsMagics(Magics):
                 if not task.strip() and name is None:
                     raise UsageError(f"the cell body is the task, and it is empty; {RUN_USAGE}")
                 if args.background:
-                    from skills_magic.widgets import BackgroundRun
+                    from skills_magic.notebook.widgets import BackgroundRun
 
                     return BackgroundRun(self.session, task, name, arguments, dict(
                         model=args.model, max_turns=args.max_turns, record=args.record, replay=args.replay)).start()
@@ -567,7 +567,7 @@ class SkillsMagics(Magics):
     def _verify(self, argv: list[str], cell: str):
         import yaml
 
-        from skills_magic import verify
+        from skills_magic.runs import verify
 
         args = self.verify_parser.parse_args(argv)
         try:
@@ -582,7 +582,7 @@ class SkillsMagics(Magics):
         votes = args.votes or verify.VOTES_PER_CLAIM
         board = None
         if getattr(self.shell, "kernel", None) is not None and claims:  # a front end that renders widgets
-            from skills_magic.widgets import VoteBoard
+            from skills_magic.notebook.widgets import VoteBoard
 
             board = VoteBoard(claims[: args.max_claims or verify.MAX_CLAIMS], votes)
 
@@ -618,7 +618,7 @@ class SkillsMagics(Magics):
             verdict, skill = self.session.write_skill(name, cell, folder)
         except SkillsMagicError as error:
             raise UsageError(str(error)) from None
-        from skills_magic.lint import lint_skill
+        from skills_magic.skills.lint import lint_skill
 
         return display.WrittenView(name, verdict, lint_skill(skill) if skill is not None else [], self._show_path)
 

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from skills_magic import execute, hints, sandbox
+from skills_magic.safety import execute, hints, sandbox
 from skills_magic.clock import utc_now
 from skills_magic.errors import SkillsMagicError
-from skills_magic.execute import (
+from skills_magic.safety.execute import (
     ScriptError,
     ScriptRun,
     clean_environment,
@@ -29,10 +29,10 @@ from skills_magic.execute import (
     run_command,
     run_script,
 )
-from skills_magic.manifest import SKIPPED, Manifest, ManifestMismatch, PrivateCopy, digest
-from skills_magic.policy import Policy, Rule, escape_pattern, pre_approval_hint
-from skills_magic.redact import redactor
-from skills_magic.skill import Skill
+from skills_magic.safety.manifest import SKIPPED, Manifest, ManifestMismatch, PrivateCopy, digest
+from skills_magic.safety.policy import Policy, Rule, escape_pattern, pre_approval_hint
+from skills_magic.safety.redact import redactor
+from skills_magic.skills.skill import Skill
 
 INLINE_TIMEOUT_SECONDS = 10.0  # an inline command fills in a line of instructions; it should be quick
 Answer = Literal["once", "always", "deny"]

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from skills_magic.disclosure import ResourceError, activation_text, deny_inline, read_resource
+from skills_magic.runs.disclosure import ResourceError, activation_text, deny_inline, read_resource
 from skills_magic.errors import DatabaseUnreadable, SkillsMagicError
-from skills_magic.listing import DEFAULT_BUDGET_CHARS, xml_listing
+from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS, xml_listing
 from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, usage_of
-from skills_magic.skill import Skill
+from skills_magic.skills.skill import Skill
 
 DEFAULT_MAX_TURNS = 20  # model calls per run; a loop that needs more is usually stuck
 DEFAULT_MAX_TOKENS = 4096  # per model call

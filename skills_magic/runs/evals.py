@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from skills_magic.agent import Agent
+from skills_magic.runs.agent import Agent
 from skills_magic.errors import InvalidArgument, SkillsMagicError
 from skills_magic.models.base import ModelClient, ModelError, usage_of
-from skills_magic.skill import Skill
+from skills_magic.skills.skill import Skill
 
 CATEGORIES = ("direct", "paraphrase", "negative")
 DEFAULT_RUNS = 3  # runs per prompt: activation is not deterministic, one run proves little

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from skills_magic.errors import InvalidSetting
 # the walk's limits and `find_skill_files` live in find.py, and are still importable from here
-from skills_magic.find import MAX_SEARCH_DEPTH, SKIPPED_FOLDERS, Finder, find_skill_files  # noqa: F401
-from skills_magic.skill import Diagnostic, Skill
-from skills_magic.validate import LoadResult, load_skill
+from skills_magic.skills.find import MAX_SEARCH_DEPTH, SKIPPED_FOLDERS, Finder, find_skill_files  # noqa: F401
+from skills_magic.skills.skill import Diagnostic, Skill
+from skills_magic.skills.validate import LoadResult, load_skill
 
 PROJECT_FOLDERS = (".agents/skills", ".claude/skills", "skills")
 USER_FOLDERS = ("~/.agents/skills", "~/.claude/skills")
@@ -38,11 +38,11 @@ class Source:
 
 def bundled_skills_folder() -> str:
     """The sample skills shipped with the package (inside the wheel, or the repository's in a checkout)."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "sample_skills", here.parent / "sample-skills"):
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package / "sample_skills", package.parent / "sample-skills"):
         if candidate.is_dir():
             return str(candidate)
-    return str(here / "sample_skills")
+    return str(package / "sample_skills")
 
 
 def default_sources(cwd: str | None = None, home: str | None = None, environ=None, extra: list[str] | tuple = ()) -> list[Source]:

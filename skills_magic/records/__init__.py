@@ -1,0 +1,1 @@
+"""What lasts after a run: the SQLite database (migrations, append-only audit) and the experiment ledger."""

@@ -1,0 +1,1 @@
+"""What happens when a model works with skills: the tool loop, progressive disclosure, claim verification and activation evals."""
