@@ -1,4 +1,4 @@
-"""The `skills-magic` command (also `python -m skills_magic`): parse arguments, call the core, print.
+"""The `skills-magic` command (also `python -m skills_magic`): parse arguments, call the session, print.
 
   skills-magic validate PATH...           exit 0 all valid, 1 something invalid, 2 usage error
   skills-magic to-prompt PATH...          <available_skills> XML (validated first; same bytes as skills-ref)
@@ -22,6 +22,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+
+from skills_magic.errors import SkillsMagicError
+from skills_magic.paths import display_path
+from skills_magic.runs.notebooks import NotebookRunnerMissing
+from skills_magic.session import SkillsSession
+from skills_magic.skills.catalog import Source
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 LEDGER_EXIT_CODES = ("exit codes: 0 every prediction is judged, 1 a prediction is open (or a notebook has no ledger "
@@ -76,12 +82,16 @@ def _missing(paths: Sequence[str]) -> list[str]:
     return [p for p in paths if not os.path.exists(p)]
 
 
+def _session(sources=None) -> SkillsSession:
+    """The session every command goes through, in this folder: no catalog unless the command names one."""
+    return SkillsSession(sources=sources if sources is not None else [], cwd=os.getcwd())
+
+
 def _validate(args) -> int:
     from skills_magic.notebook.views import VerdictsView, diagnostic_line
-    from skills_magic.session import display_path
-    from skills_magic.skills.validate import validate_path
 
-    verdicts = [v for p in args.paths for v in validate_path(p)]
+    session = _session()
+    verdicts = [v for p in args.paths for v in session.validate(p)]
     view = VerdictsView(verdicts, display_path)
     if args.json:
         print(json.dumps(view.data(), indent=1, ensure_ascii=False))
@@ -95,85 +105,42 @@ def _validate(args) -> int:
     return EXIT_OK if view.valid else EXIT_INVALID
 
 
-def _skill_folders(paths: Sequence[str]) -> list[str]:
-    from skills_magic.skills.find import find_skill_files
-    from skills_magic.skills.skill import find_skill_md
-
-    folders = []
-    for p in paths:
-        if os.path.isfile(p):
-            folders.append(os.path.dirname(os.path.abspath(p)))
-        elif find_skill_md(p) is not None:
-            folders.append(os.path.abspath(p))
-        else:
-            folders += [os.path.dirname(f) for f in find_skill_files(p)]
-    return folders
-
-
 def _to_prompt(args) -> int:
-    from skills_magic.skills.listing import xml_listing
-    from skills_magic.skills.skill import find_skill_md
-    from skills_magic.skills.validate import load_skill, validate_folder
-
-    folders = _skill_folders(args.paths)
-    invalid = [v for v in map(validate_folder, folders) if not v.valid]
-    if invalid:
-        for v in invalid:
+    session = _session()
+    found = session.prompt_listing(args.paths)
+    if isinstance(found, list):  # the verdicts of the invalid skills: nothing is listed
+        for v in found:
             for d in v.problems:
                 print(f"Error: {d}", file=sys.stderr)
         return EXIT_INVALID
-    skills = [load_skill(find_skill_md(f)).skill for f in folders]
-
-    def location(skill) -> str:
-        return os.path.join(os.path.realpath(skill.folder), os.path.basename(skill.path))
-
-    print(xml_listing(skills, None, location, name=lambda skill: skill.written_name)[1])
+    print(found)
     return EXIT_OK
 
 
 def _list(args) -> int:
-    from skills_magic.skills.catalog import Catalog, Source
     from skills_magic.notebook.views import ListingView
-    from skills_magic.skills.listing import text_listing
-    from skills_magic.session import display_path
 
-    catalog = Catalog([Source("path", os.path.abspath(p), explicit=True) for p in args.paths])
-    scan = catalog.scan()
-    listing, text = text_listing(scan.skills, args.budget or None)
+    session = _session([Source("path", os.path.abspath(p), explicit=True) for p in args.paths])
+    scan, listing, text = session.listing(args.budget)
     view = ListingView(scan, listing, text, display_path)
     print(json.dumps(view.data(), indent=1, ensure_ascii=False) if args.json else view.text())
     return EXIT_OK
 
 
 def _run_notebook(args) -> int:
-    try:
-        import nbformat
-        from nbclient import NotebookClient
-    except ImportError:
-        print("run-notebook needs nbclient and ipykernel: pip install 'skills-magic[notebook]'", file=sys.stderr)
-        return EXIT_USAGE
-    written = []
-    for path in args.notebooks:
-        notebook = nbformat.read(path, as_version=4)
-        folder = os.path.dirname(os.path.abspath(path))  # a notebook runs in its own folder, as Jupyter runs it
+    def shown(path: str, cells) -> None:
         print(f"=== {path}")
-        # record_timing=False: no per-cell timestamps, so a refreshed notebook differs only where outputs changed
-        NotebookClient(notebook, timeout=args.timeout, record_timing=False, resources={"metadata": {"path": folder}}).execute()
-        for cell in notebook.cells:
-            if cell.cell_type != "code":
-                continue
+        for cell in cells:
             print(f">>> {cell.source}")
-            for output in cell.get("outputs", []):
-                text = output.get("text") or output.get("data", {}).get("text/plain", "")
-                if text:
-                    print(text.rstrip("\n"))
-        if args.inplace:
-            nbformat.write(notebook, path)
-        elif args.output_dir:
-            os.makedirs(args.output_dir, exist_ok=True)
-            target = os.path.join(args.output_dir, os.path.basename(path))
-            nbformat.write(notebook, target)
-            written.append(target)
+            for text in cell.texts:
+                print(text.rstrip("\n"))
+
+    try:
+        written = _session().run_notebooks(args.notebooks, timeout=args.timeout, inplace=args.inplace,
+                                           output_dir=args.output_dir, on_notebook=shown)
+    except NotebookRunnerMissing as error:
+        print(error, file=sys.stderr)
+        return EXIT_USAGE
     if written:
         print("executed notebooks, with their outputs (open them in Jupyter):")
         for target in written:
@@ -181,119 +148,36 @@ def _run_notebook(args) -> int:
     return EXIT_OK
 
 
-LEDGER_MIME = "application/vnd.skills-magic.ledger+json"
-RUN_MIME = "application/vnd.skills-magic.run+json"
-
-
-def _ledger_database(path: str | None):
-    from skills_magic.records.db import Database, resolve_path
-
-    path = path or resolve_path(os.getcwd())
-    if not os.path.lexists(path):
-        raise FileNotFoundError(path)
-    return Database(path, read_only=True)  # a check only reads: it works in a read-only folder, and never migrates
-
-
-class _NotebookUnreadable(Exception):
-    """A notebook file that is not readable JSON of a notebook; exit 2, like a database that cannot be read."""
-
-
-def _listed(value, key: str) -> list:
-    found = value.get(key) if isinstance(value, dict) else None
-    return found if isinstance(found, list) else []
-
-
-def _notebook_entries(path: str) -> list[dict]:
-    import json as json_module
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            notebook = json_module.load(handle)
-    except (OSError, ValueError) as error:  # ValueError: not UTF-8, not JSON
-        reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
-        raise _NotebookUnreadable(f"cannot read the notebook {path}: {reason}") from None
-    if not isinstance(notebook, dict):
-        raise _NotebookUnreadable(f"cannot read the notebook {path}: it is JSON but not a notebook (no cells)")
-    found = []
-    for cell in _listed(notebook, "cells"):
-        for output in _listed(cell, "outputs"):
-            data = output.get("data") if isinstance(output, dict) else None
-            data = data if isinstance(data, dict) else {}
-            ledger = data.get(LEDGER_MIME)
-            if isinstance(ledger, dict):
-                found += [dict(e, plan=e.get("plan") or ledger.get("plan")) for e in _listed(ledger, "entries")
-                          if isinstance(e, dict)]
-            run = data.get(RUN_MIME)  # entries a model wrote through the experiment tool during a run
-            if isinstance(run, dict):
-                found += [e for e in _listed(run, "ledger_entries") if isinstance(e, dict)]
-    return found
-
-
 def _ledger(args) -> int:
-    import sqlite3
+    from skills_magic.records.ledger import gate_message
 
-    from skills_magic.errors import DatabaseUnreadable
-    from skills_magic.records.ledger import Ledger, LedgerError, gate_message, open_from_entries, plan_name
-
+    session = _session()
+    notebook = args.notebook if args.ledger_command == "check" else None
     try:
-        plan = plan_name(args.plan) if args.plan else None
-        if args.ledger_command == "check" and args.notebook:
-            plans = open_from_entries(_notebook_entries(args.notebook))
-            source = args.notebook
-        else:
-            ledger = Ledger(_ledger_database(args.db))
-            # a database no kernel has written a ledger to (read-only: not migrated) has no entries, not an error
-            recorded = ledger.database.has_table("ledger_entries")
-            if args.ledger_command == "export":
-                return _export(ledger, plan, args.format) if recorded else EXIT_OK
-            plans = {p: ledger.state(p, limit=0, all_open=True).open for p in ledger.plans()} if recorded else {}
-            source = ledger.database.path
-    except FileNotFoundError as error:
-        print(f"skills-magic: no ledger at {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except (LedgerError, DatabaseUnreadable, _NotebookUnreadable) as error:
+        if args.ledger_command == "export":
+            for line in session.ledger_export(args.db, args.plan, args.format):
+                print(line)
+            return EXIT_OK
+        check = session.ledger_check(notebook=notebook, db=args.db, plan=args.plan)
+    except SkillsMagicError as error:  # no ledger there, an unreadable database or notebook, a bad plan name
         print(f"skills-magic: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except sqlite3.Error as error:  # a readable SQLite file that is not (or no longer) shaped like the ledger
-        print(f"skills-magic: cannot read the ledger in {args.db or 'the database'}: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    if plan is not None:
-        plans = {plan: plans.get(plan, [])} if plan in plans else {}
-        if not plans:
-            print(f"skills-magic: {source} has no plan {plan}", file=sys.stderr)
-            return EXIT_USAGE
-    failing = {p: open_ for p, open_ in plans.items() if open_}
-    for p, open_ in sorted(plans.items()):
-        print(gate_message(p, open_) if open_ else f"{p}: 0 open predictions")
-    if not plans:
-        if args.ledger_command == "check" and args.notebook:
+    for plan, open_ in sorted(check.plans.items()):
+        print(gate_message(plan, open_) if open_ else f"{plan}: 0 open predictions")
+    if not check.plans:
+        if check.from_notebook:
             # an executed notebook that should carry a record and carries none is not a pass
-            print(f"{source}: no ledger outputs (was the notebook executed, and did its %ledger cells run?)", file=sys.stderr)
+            print(f"{check.source}: no ledger outputs (was the notebook executed, and did its %ledger cells run?)",
+                  file=sys.stderr)
             return EXIT_INVALID
-        print(f"{source}: no ledger entries")
-    return EXIT_INVALID if failing else EXIT_OK
-
-
-def _export(ledger, plan: str | None, fmt: str) -> int:
-    entries = sorted(ledger.entries(plan), key=lambda e: e.plan) if fmt == "md" else list(ledger.entries(plan))  # stable
-    if fmt == "jsonl":
-        for e in entries:
-            print(json.dumps({**e.to_dict(), "at": e.at}, ensure_ascii=False, sort_keys=True))
-        return EXIT_OK
-    current = None
-    for e in entries:
-        if e.plan != current:
-            current = e.plan
-            print(f"\n## {current}\n" if current != entries[0].plan else f"## {current}\n")
-        print(f"- **{e.label}** ({e.kind}) {e.summary()[len(e.label) + 1:]}")
-    return EXIT_OK
+        print(f"{check.source}: no ledger entries")
+    return EXIT_INVALID if check.failing else EXIT_OK
 
 
 def _lint(args) -> int:
-    from skills_magic.skills.lint import exit_code, lint_path
-    from skills_magic.session import display_path
+    from skills_magic.skills.lint import exit_code
 
-    results = [item for path in args.paths for item in lint_path(path)]
+    results = _session().lint_paths(args.paths)
     if args.json:
         print(json.dumps({display_path(label): [{"rule": f.rule, "severity": f.severity, "message": f.message} for f in found]
                           for label, found in results}, indent=1, ensure_ascii=False))
@@ -311,9 +195,7 @@ def _lint(args) -> int:
 
 def _trust(args) -> int:
     from skills_magic.notebook.views import TrustView
-    from skills_magic.errors import SkillsMagicError
     from skills_magic.safety.policy import POLICY_FILE
-    from skills_magic.session import SkillsSession, display_path
 
     path = os.path.abspath(args.file or POLICY_FILE)
     try:
@@ -327,11 +209,9 @@ def _trust(args) -> int:
 
 def _apply(args) -> int:
     from skills_magic.notebook.views import ApplyView
-    from skills_magic.errors import SkillsMagicError
-    from skills_magic.session import SkillsSession
 
     try:
-        report = SkillsSession(sources=[], cwd=os.getcwd()).apply(args.run, args.files)
+        report = _session().apply(args.run, args.files)
     except SkillsMagicError as error:
         print(f"skills-magic: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class SkillsMagicError(Exception):
     """Base class of every error skills_magic raises on purpose."""
@@ -17,20 +19,26 @@ class SkillNotFound(SkillsMagicError, LookupError):
         super().__init__(f"no skill named {name!r} in the catalog{hint}; `%skills list` shows the names")
 
 
-class SourceNotFound(SkillsMagicError, FileNotFoundError):
+class PathError(SkillsMagicError):
+    """An error about one path, kept as `path`; the message is the class's MESSAGE with the path filled in."""
+
+    MESSAGE = "{path}"  # `{path}`, `{name}` (the path's last part) and any detail the subclass passes by name
+
+    def __init__(self, path: str, **details: str):
+        self.path = path
+        super().__init__(self.MESSAGE.format(path=path, name=os.path.basename(path), **details))
+
+
+class SourceNotFound(PathError, FileNotFoundError):
     """A path given to `add`, `validate` or the CLI does not exist."""
 
-    def __init__(self, path: str):
-        self.path = path
-        super().__init__(f"no such file or folder: {path}")
+    MESSAGE = "no such file or folder: {path}"
 
 
-class NotASkillSource(SkillsMagicError, ValueError):
+class NotASkillSource(PathError, ValueError):
     """`add` of a file that is not a SKILL.md."""
 
-    def __init__(self, path: str):
-        self.path = path
-        super().__init__(f"{path} is a file, not a skill folder, a collection folder or a SKILL.md")
+    MESSAGE = "{path} is a file, not a skill folder, a collection folder or a SKILL.md"
 
 
 class DatabaseUnreadable(SkillsMagicError):
@@ -68,6 +76,23 @@ class UnknownChange(SkillsMagicError, LookupError):
         self.path, self.run, self.known = path, run, known
         listed = ", ".join(known[:self.SHOWN]) + (f" and {len(known) - self.SHOWN} more" if len(known) > self.SHOWN else "")
         super().__init__(f"{run} did not change {path!r}; its changes are: {listed or 'none'}")
+
+
+class ManifestMismatch(SkillsMagicError):
+    """A reviewed skill's files are not the reviewed bytes."""
+
+    @staticmethod
+    def changed(skill: str, path: str, reviewed: str, current: str) -> ManifestMismatch:
+        """A file whose bytes differ from those reviewed (`current` may be "unreadable")."""
+        return ManifestMismatch(f"{skill}/{path} is not the reviewed file: reviewed sha256 {reviewed}, now {current}; "
+                                f"review it again with %skills review {skill}")
+
+    @staticmethod
+    def added_or_removed(skill: str, path: str, added: bool, sha256: str) -> ManifestMismatch:
+        """A file new since the review, or one removed after it."""
+        state = "is new since" if added else "was removed after"
+        return ManifestMismatch(f"{skill}/{path} {state} the review (sha256 {sha256}); review it again with "
+                                f"%skills review {skill}")
 
 
 class ChangeError(SkillsMagicError, ValueError):

@@ -39,6 +39,15 @@ def ip():
 
 
 @pytest.fixture
+def machine_setup_forgotten(monkeypatch, tmp_path) -> None:
+    """No real credentials, base URL, profile, model choice or retry setting leaks in from the machine running the
+    tests (a module opts in with `pytestmark = pytest.mark.usefixtures("machine_setup_forgotten")`)."""
+    from fake_anthropic import forget_machine_setup
+
+    forget_machine_setup(monkeypatch, tmp_path)
+
+
+@pytest.fixture
 def sample_skills() -> Path:
     return REPO / "sample-skills"
 

@@ -4,6 +4,8 @@
   `api.client()` / `api.async_client()` are `httpx2` clients over a `MockTransport` (for `AnthropicModel(http_client=...)`).
 - `FakeAnthropicServer(replies)`: the same API on a real socket, 127.0.0.1 and a free port (`with ... as server:`;
   `server.url` is the base URL), for a kernel or anything else that only takes `ANTHROPIC_BASE_URL`.
+- `QuietHandler`: its request handler's base, for any other stand-in web server a test runs (`reply` sends one whole
+  response; nothing is logged to the test's output).
 
 A reply is a Message dict (served as JSON, or as the SSE stream of that message when the request has "stream": true),
 an `Error` (a status with an Anthropic error body; retryable ones carry `retry-after-ms: 1` so the SDK's retries never
@@ -269,7 +271,23 @@ class FakeMessagesAPI:
 # --- a real socket -------------------------------------------------------------------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
+class QuietHandler(BaseHTTPRequestHandler):
+    """A stand-in server's request handler: `reply` sends a status, headers and a body; nothing is logged."""
+
+    def reply(self, body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+
+    def log_message(self, format, *args):  # keep pytest's output clean
+        pass
+
+
+class _Handler(QuietHandler):
     protocol_version = "HTTP/1.0"  # one request per connection: nothing lingers after stop()
     api: FakeMessagesAPI  # set on the subclass made per server
 
@@ -281,18 +299,9 @@ class _Handler(BaseHTTPRequestHandler):
         except BaseException as error:  # noqa: BLE001 -- an exception reply cannot cross a socket: a 500 that says so, never retried
             status, headers = 500, {"content-type": "application/json", "x-should-retry": "false"}
             body = json.dumps(Error(500, f"fake server raised {error!r}").body()).encode()
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-        self.wfile.flush()
+        self.reply(body, status, headers)
 
     do_POST = do_GET = _serve
-
-    def log_message(self, format, *args):  # keep pytest's output clean
-        pass
 
 
 class FakeAnthropicServer:

@@ -206,6 +206,17 @@ def _code(source: str) -> dict:
     return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
 
 
+def save_notebook(path: Path, sources: list[str]) -> None:
+    """A notebook for the Python 3 kernel whose code cells hold `sources`, never run, written to `path`."""
+    notebook = {
+        "cells": [_code(source) for source in sources],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
+                     "language_info": {"name": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+
+
 def cells(page):
     return page.locator(f"{NOTEBOOK} .jp-Cell")
 

@@ -866,6 +866,7 @@ def test_a_replay_cassettes_model_is_used_unless_one_was_chosen(session):
     class Replay:
         name = "replay"
         model = "claude-recorded-1"
+        recorded_model = model  # the protocol's capability (no special case for a client named "replay")
 
     assert session.resolve_model_id(Replay(), None, None) == "claude-recorded-1"
     session.choose_model("claude-chosen-1")

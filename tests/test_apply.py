@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
-from skillfiles import make_skill, write_file
+from notebook_setup import notebook_folder, registered_magics
+from skillfiles import make_skill, tree, write_file
 
-from skills_magic.safety import changes as changes_module
+from skills_magic.safety.working import changes as changes_module
 from skills_magic.skills.catalog import Source
-from skills_magic.safety.changes import (
+from skills_magic.safety.working.changes import (
     REFUSED_AGAIN,
     REFUSED_CONTROL,
     REFUSED_GIT,
@@ -29,7 +30,7 @@ from skills_magic.safety.changes import (
 from skills_magic.cli import main
 from skills_magic.notebook.views import ApplyView, RunView
 from skills_magic.errors import ChangeError, RunNotFound, UnknownChange
-from skills_magic.notebook.magics import SkillsMagics, split_script_words, unregister
+from skills_magic.notebook.magics import split_script_words
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.safety.sandbox import overlay_availability
 from skills_magic.session import MAX_LISTED_OUTPUTS, SkillsSession
@@ -52,11 +53,7 @@ ARGV = "import json, sys\nprint(json.dumps(sys.argv[1:]))\n"
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
     """The notebook's folder: a few project files, the skill x (inside it, as a project's skills often are)."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "path")
-    monkeypatch.setenv("SKILLS_MAGIC_PATH", str(tmp_path / "skills"))
-    monkeypatch.delenv("SKILLS_MAGIC_DB", raising=False)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    notebook_folder(monkeypatch, tmp_path, db=None, lock=None, sources="path", path=tmp_path / "skills")
     (tmp_path / "existing.txt").write_text("line one\n")
     (tmp_path / "gone.txt").write_text("goodbye\n")
     (tmp_path / "same.txt").write_text("same\n")
@@ -74,23 +71,6 @@ def session_in(place: Path) -> SkillsSession:
     return session
 
 
-def tree(root: Path) -> dict[str, str]:
-    """Every file, link and folder under root but our own .skills/ (runs, database): digest and mode, or target."""
-    found = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not (folder == str(root) and d == ".skills")]
-        for name in dirs + files:
-            path = os.path.join(folder, name)
-            relative = os.path.relpath(path, root)
-            if os.path.islink(path):
-                found[relative] = "link " + os.readlink(path)
-            elif os.path.isdir(path):
-                found[relative] = "folder"
-            else:
-                found[relative] = hashlib.sha256(Path(path).read_bytes()).hexdigest() + oct(os.lstat(path).st_mode)
-    return found
-
-
 def script_at(place: Path, name: str, body: str) -> str:
     write_file(place / "skills" / "x", f"scripts/{name}", body)
     return f"scripts/{name}"
@@ -98,10 +78,8 @@ def script_at(place: Path, name: str, body: str) -> str:
 
 @pytest.fixture
 def magics(ip, place):
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    yield instance
-    unregister(ip)
+    with registered_magics(ip) as instance:
+        yield instance
 
 
 def by_path(changes) -> dict[str, object]:

@@ -18,8 +18,30 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "skills_magic"
 FRONT_END_LIBRARIES = ("IPython", "ipywidgets", "anthropic")  # the core must work in a CI job with none of them
 # the modules allowed to import them at import time: the notebook front end, the CLI and the SDK's client
-NOT_CORE = frozenset({"skills_magic.notebook.magics", "skills_magic.notebook.widgets", "skills_magic.notebook.views", "skills_magic.cli",
-                      "skills_magic.models.anthropic"})
+NOT_CORE = frozenset({"skills_magic.notebook.magics", *(f"skills_magic.notebook.magics.{p.stem}" for p in (PACKAGE / "notebook" / "magics").glob("*.py") if p.stem != "__init__"),
+                      "skills_magic.notebook.widgets", "skills_magic.cli", "skills_magic.models.anthropic"})
+MAX_MODULE_LINES = 450  # a module a newcomer can read whole
+MAX_SESSION_LINES = 350  # the session holds state and hands each operation to its subject
+# the house's floors, ground first: a module imports only from lower floors, or from its own folder
+LAYERS = (
+    ("errors",),  # the one error root
+    ("clock", "paths", "datafiles", "redact"),  # the ground every subject stands on
+    ("skills",),  # a skill read, found, checked, listed
+    ("safety", "models"),  # side by side: neither imports the other
+    ("records",),
+    ("runs",),
+    ("session",),
+    ("notebook",),  # the notebook front end: magics, and views that take values
+    ("cli",),  # the other front end, printing the same views as text
+    ("__init__", "__main__"),  # the package's face: lazy names and the extension hooks
+)
+# modules that do the work: front ends reach them only through the session, views never
+MACHINERY = frozenset({"skills_magic.safety.gate", "skills_magic.safety.sandbox", "skills_magic.safety.execute",
+                       "skills_magic.safety.working.changes", "skills_magic.safety.netproxy", "skills_magic.safety.manifest",
+                       "skills_magic.runs.agent", "skills_magic.runs.evals", "skills_magic.records.db",
+                       "skills_magic.skills.find", "skills_magic.models.batch", "skills_magic.models.choice"})
+FRONT_ENDS = ("skills_magic.cli", "skills_magic.notebook")
+VIEWS = "skills_magic.notebook.views"
 
 
 @dataclass(frozen=True)
@@ -184,3 +206,83 @@ def test_a_module_s_flat_path_from_before_the_folders_is_the_same_module():
         assert importlib.import_module(f"skills_magic.{old}") is importlib.import_module(f"skills_magic.{new}")
         assert getattr(skills_magic, old) is importlib.import_module(f"skills_magic.{new}")
         assert importlib.import_module(f"skills_magic.{new}").__spec__.name == f"skills_magic.{new}"
+
+
+def floor(module: str) -> tuple[int, str]:
+    """(the floor of LAYERS, the folder or top-level module) a package module stands in."""
+    parts = module.split(".")
+    place = "__init__" if len(parts) == 1 else parts[1]
+    for number, names in enumerate(LAYERS):
+        if place in names:
+            return number, place
+    raise AssertionError(f"{module} stands in no floor of LAYERS: add its folder there")
+
+
+def test_every_import_points_down_a_floor_or_stays_in_its_folder():
+    """Function-level imports too: a lazy import that runs back up is still a hidden dependency."""
+    upward = []
+    for module, imports in import_graph().items():
+        here, folder = floor(module)
+        for edge in imports:
+            if edge.target in MODULES:
+                there, other = floor(edge.target)
+                if other != folder and there >= here:
+                    upward.append(f"{module} -> {edge.target} ({edge.where})")
+
+    assert upward == []
+
+
+def test_the_floor_check_catches_an_import_back_up():
+    assert floor("skills_magic.safety.sandbox") > floor("skills_magic.skills.skill")
+    assert floor("skills_magic.safety.gate")[0] == floor("skills_magic.models.base")[0]  # side by side: refused both ways
+    assert floor("skills_magic.notebook.views.runs")[0] > floor("skills_magic.session")[0]
+
+
+def test_no_module_is_too_long_to_read_whole():
+    sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in MODULES.items()}
+
+    assert {m: n for m, n in sizes.items() if n >= MAX_MODULE_LINES} == {}
+    assert sizes["skills_magic.session"] < MAX_SESSION_LINES
+
+
+def test_views_take_values_and_never_a_session():
+    """A view imports value types only: never the session, the magics, or a module that does work."""
+    reached = [f"{module} -> {edge.target} ({edge.where})" for module, imports in import_graph().items()
+               if module.startswith(VIEWS) for edge in imports
+               if edge.target == "skills_magic.session" or edge.target.startswith("skills_magic.notebook.magics")
+               or edge.target in MACHINERY]
+
+    assert reached == []
+
+
+def test_front_ends_reach_the_machinery_only_through_the_session():
+    reached = [f"{module} -> {edge.target} ({edge.where})" for module, imports in import_graph().items()
+               if module.startswith(FRONT_ENDS) for edge in imports if edge.target in MACHINERY]
+
+    assert reached == []
+
+
+def _catches_value_error(handler: ast.ExceptHandler) -> bool:
+    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(n, ast.Name) and n.id == "ValueError" for n in names if n is not None)
+
+
+def test_no_front_end_takes_a_value_error_for_a_user_error():
+    """User errors are SkillsMagicErrors; a ValueError from anywhere else is a bug and must show as one. The one
+    exception is a try around shlex.split alone (or the `split` parameter defaulting to it), whose only error is a
+    ValueError about the user's quoting."""
+    found = []
+    for module, path in MODULES.items():
+        if not module.startswith(FRONT_ENDS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Try) or not any(_catches_value_error(h) for h in node.handlers):
+                continue
+            calls = [c for s in node.body for c in ast.walk(s) if isinstance(c, ast.Call)]
+            only_shlex = calls and all(  # shlex.split, or a `split` parameter that defaults to it
+                (isinstance(c.func, ast.Attribute) and c.func.attr == "split" and getattr(c.func.value, "id", "") == "shlex")
+                or (isinstance(c.func, ast.Name) and c.func.id == "split") for c in calls)
+            if not only_shlex:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+
+    assert found == []

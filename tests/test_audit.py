@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from database_files import raw_rows
+from notebook_setup import notebook_folder
 from skillfiles import make_skill, write_file
 from skills_magic.skills.catalog import Source
 from skills_magic.records.db import DEFAULT_PATH, MIGRATIONS, Database, migrate, resolve_path
@@ -27,10 +29,7 @@ COLUMNS = ["id", "at", "session", "event", "skill", "path", "digest", "decision"
 
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "audit.sqlite"))
-    monkeypatch.setenv("SKILLS_MAGIC_LOCK", str(tmp_path / "skills.lock"))
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    notebook_folder(monkeypatch, tmp_path)
     skill = tmp_path / "skills" / "x"
     make_skill(skill)
     write_file(skill, "scripts/run.py", RUN)
@@ -40,16 +39,6 @@ def place(tmp_path, monkeypatch) -> Path:
 
 def new_session(place: Path) -> SkillsSession:
     return SkillsSession(sources=[Source("session", str(place / "skills"), explicit=True)], cwd=str(place))
-
-
-def raw_rows(path: Path) -> list[dict]:
-    """The rows as another program sees them: straight from the file, not through the package."""
-    connection = sqlite3.connect(path)
-    connection.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in connection.execute("SELECT * FROM audit ORDER BY id")]
-    finally:
-        connection.close()
 
 
 def sha(text: str) -> str:

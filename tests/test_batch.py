@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from fake_anthropic import Error, FakeAnthropicServer, forget_machine_setup, sent_key, text_message
+from fake_anthropic import Error, FakeAnthropicServer, sent_key, text_message
 from skills_magic.models import batch as batch_module
 from skills_magic.models.batch import (CUSTOM_ID, MAX_REQUESTS_PER_BATCH, POLL_SECONDS, RETRY_FAILED_ONCE, BatchOutcome,
                                 run_batch)
@@ -29,10 +29,7 @@ MODEL_ID = "claude-test-1"
 BATCH_PATH = re.compile(r"^/v1/messages/batches/(?P<id>[^/?]+)(?P<results>/results)?$")
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch, tmp_path):
-    """No real credentials, base URL, profile or model choice leaks in from the machine running the tests."""
-    forget_machine_setup(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("machine_setup_forgotten")
 
 
 # --- the fake batch service --------------------------------------------------------------------------------------

@@ -13,14 +13,14 @@ which turns those skips into failures.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import re
 import shutil
 
 import pytest
 from jupyterlab_browser import (  # noqa: F401 (fixtures are found by name)
-    ARTIFACTS, MISSING, NOTEBOOK, REPO, WAIT_MS, Lab, _code, _shot, browser, cells, lab, open_notebook, page, run_all_cells,
-    screenshot_on_failure,
+    ARTIFACTS, MISSING, NOTEBOOK, REPO, WAIT_MS, Lab, _shot, browser, cells, lab, open_notebook, page, run_all_cells,
+    save_notebook, screenshot_on_failure,
 )
 
 TASK = "Profile this CSV."
@@ -53,17 +53,10 @@ def write_notebook(lab: Lab, name: str, runs: int = 1) -> str:
              "%skills add csv-profile\n"
              "%skills model scripted turns.yaml")
     # the scripted model answers its turns once: each run picks it again
-    cells = [_code(setup), _code(f"%%skill run --background\n{TASK}")]
+    sources = [setup, f"%%skill run --background\n{TASK}"]
     for _ in range(runs - 1):
-        cells += [_code("%skills model scripted turns.yaml\n%skills policy"),
-                  _code(f"%%skill run --background\n{TASK}")]
-    notebook = {
-        "cells": cells,
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
-                     "language_info": {"name": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }
-    (folder / "browser.ipynb").write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+        sources += ["%skills model scripted turns.yaml\n%skills policy", f"%%skill run --background\n{TASK}"]
+    save_notebook(folder / "browser.ipynb", sources)
     return f"{name}/browser.ipynb"
 
 
@@ -114,6 +107,33 @@ def wait_for_result(output):
     return run.text_content()
 
 
+def answer_the_prompt(page, output, name: str, button: str, said: str) -> tuple[dict, str]:
+    """Wait for the cell's permission prompt, click `button`, wait for the cell to say `said` in bold and for the run
+    to end: the prompt's buttons and the run's text (a screenshot before the click and one after)."""
+    from playwright.sync_api import expect
+
+    buttons = wait_for_prompt(page, output)
+    _shot(page, f"{name}--1-prompt")
+    buttons[button].click()
+    expect(output.locator("b", has_text=re.compile(f"^{said}$"))).to_be_visible(timeout=WAIT_MS)
+    text = wait_for_result(output)
+    _shot(page, f"{name}--2-after-click")
+    return buttons, text
+
+
+@contextlib.contextmanager
+def answered(lab: Lab, page, name: str, button: str, said: str):
+    """The test's notebook (one run) opened and all its cells run, its prompt answered as in `answer_the_prompt`:
+    (the run's output, the prompt's buttons, the run's text). A failure in the block leaves a screenshot."""
+    notebook = write_notebook(lab, name)
+    with screenshot_on_failure(page, name, lab):
+        open_notebook(page, lab, notebook)
+        run_all_cells(page)
+        output = cell_output(page, 1)
+        buttons, text = answer_the_prompt(page, output, name, button, said)
+        yield output, buttons, text
+
+
 def tool_calls(output) -> list[str]:
     """The lines of the run's "tool calls" list (inside a closed <details>: text content, not visibility)."""
     return [line.strip() for line in output.locator(".skills-magic-run details li").all_text_contents()]
@@ -130,18 +150,7 @@ def execute_rows(output) -> list[str]:
 def test_allow_once_runs_the_script(lab, page):
     from playwright.sync_api import expect
 
-    notebook = write_notebook(lab, "allow-once")
-    with screenshot_on_failure(page, "allow-once", lab):
-        open_notebook(page, lab, notebook)
-        run_all_cells(page)
-        output = cell_output(page, 1)
-        buttons = wait_for_prompt(page, output)
-        _shot(page, "allow-once--1-prompt")
-        buttons["Allow once"].click()
-        expect(output.locator("b", has_text=re.compile(r"^allowed once$"))).to_be_visible(timeout=WAIT_MS)
-        text = wait_for_result(output)
-        _shot(page, "allow-once--2-after-click")
-
+    with answered(lab, page, "allow-once", "Allow once", "allowed once") as (output, buttons, text):
         assert ANSWER in text, text
         calls = tool_calls(output)
         assert len(calls) == 2 and calls[0].startswith("activate_skill") and ALLOWED_CALL.match(calls[1]), calls
@@ -155,18 +164,7 @@ def test_allow_once_runs_the_script(lab, page):
 def test_deny_refuses_the_script(lab, page):
     from playwright.sync_api import expect
 
-    notebook = write_notebook(lab, "deny")
-    with screenshot_on_failure(page, "deny", lab):
-        open_notebook(page, lab, notebook)
-        run_all_cells(page)
-        output = cell_output(page, 1)
-        buttons = wait_for_prompt(page, output)
-        _shot(page, "deny--1-prompt")
-        buttons["Deny"].click()
-        expect(output.locator("b", has_text=re.compile(r"^denied$"))).to_be_visible(timeout=WAIT_MS)
-        text = wait_for_result(output)
-        _shot(page, "deny--2-after-click")
-
+    with answered(lab, page, "deny", "Deny", "denied") as (output, buttons, text):
         calls = tool_calls(output)
         assert len(calls) == 2 and DENIED_CALL.match(calls[1]), calls
         assert "exit code 0" not in text, text
@@ -186,12 +184,7 @@ def test_always_allows_the_next_run_without_asking(lab, page):
         run_cell(page, 0)
         run_cell(page, 1)
         first = cell_output(page, 1)
-        buttons = wait_for_prompt(page, first)
-        _shot(page, "always--1-prompt")
-        buttons["Always for this skill and path"].click()
-        expect(first.locator("b", has_text=re.compile(r"^allowed always$"))).to_be_visible(timeout=WAIT_MS)
-        text = wait_for_result(first)
-        _shot(page, "always--2-after-click")
+        _buttons, text = answer_the_prompt(page, first, "always", "Always for this skill and path", "allowed always")
         assert ALLOWED_CALL.match(tool_calls(first)[1]) and "-> error" not in text, text
         assert "exit code 0" in " ".join(execute_rows(first))
 

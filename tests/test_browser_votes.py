@@ -26,8 +26,8 @@ import time
 
 import pytest
 from jupyterlab_browser import (  # noqa: F401 (fixtures are found by name)
-    ARTIFACTS, MISSING, NOTEBOOK, REPO, WAIT_MS, Lab, _code, _shot, browser, cells, lab, open_notebook, page, run_all_cells,
-    screenshot_on_failure,
+    ARTIFACTS, MISSING, NOTEBOOK, REPO, WAIT_MS, Lab, _shot, browser, cells, lab, open_notebook, page, run_all_cells,
+    save_notebook, screenshot_on_failure,
 )
 
 
@@ -129,14 +129,7 @@ def write_notebook(lab: Lab, name: str) -> str:
               "votes_view = _\n"
               "print(json.dumps({'type': type(votes_view).__name__, 'data': votes_view.data(),\n"
               "                  'metadata': votes_view.metadata()}))")
-    cells = [_code(setup), _code("%%skill verify --concurrency 4\n" + _claims_yaml()), _code(result)]
-    notebook = {
-        "cells": cells,
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
-                     "language_info": {"name": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }
-    (folder / "votes.ipynb").write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+    save_notebook(folder / "votes.ipynb", [setup, "%%skill verify --concurrency 4\n" + _claims_yaml(), result])
     return f"{name}/votes.ipynb"
 
 

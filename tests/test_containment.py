@@ -18,7 +18,8 @@ from skills_magic.safety import sandbox
 from skills_magic.skills.catalog import Source
 from skills_magic.safety.gate import unattended
 from skills_magic.session import SkillsSession
-from skillfiles import make_skill
+from notebook_setup import registered_magics
+from skillfiles import script_skill
 
 AVAILABLE, WHY = sandbox.availability()
 pytestmark = [pytest.mark.needs_sandbox,
@@ -49,10 +50,7 @@ def place(tmp_path, monkeypatch):
 
 
 def session_with(place: Path, script: str, body: str) -> SkillsSession:
-    folder = place / "skills" / "x"
-    make_skill(folder, name="x")
-    (folder / "scripts").mkdir(exist_ok=True)
-    (folder / "scripts" / script).write_text(textwrap.dedent(body), encoding="utf-8")
+    script_skill(place / "skills", script, textwrap.dedent(body))
     session = SkillsSession(sources=[Source("session", str(place / "skills"), True)], cwd=str(place))
     session.add_rule("allow", "x:scripts/*")
     return session
@@ -427,18 +425,12 @@ def test_a_bad_limit_is_a_one_line_error(place):
 
 
 def test_the_limits_magic_flags_reach_the_run(place, ip):
-    from skills_magic.notebook.magics import SkillsMagics, unregister
-
     session_with(place, "spin.py", "while True:\n    pass\n")
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    try:
+    with registered_magics(ip) as instance:
         ip.run_line_magic("skills", f"add {place / 'skills'}")
         ip.run_line_magic("skills", "allow x:scripts/spin.py --cpu 1 --memory 1G")
         text = ip.run_line_magic("skills", "policy").text()
         result = instance.session.run_script("x", "scripts/spin.py")
-    finally:
-        unregister(ip)
     assert "cpu: 1 s" in text and "memory: 1 GiB" in text
     assert result.error == "scripts/spin.py stopped: CPU time limit 1 s reached; allow more with --cpu 4"
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from fake_anthropic import FakeMessagesAPI, Recorded, forget_machine_setup, message, text_block, tool_use_block
+from notebook_setup import notebook_folder, registered_magics
 from skillfiles import make_skill, write_file
 
 import skills_magic.safety.gate as gate_module
@@ -65,10 +66,7 @@ def cli(*args: str, cwd: Path, command_prefix: tuple[str, ...] = ()) -> subproce
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
     """A project folder with one skill (a script and a reference), its own database, lock and no API key."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "skills.sqlite"))
-    monkeypatch.setenv("SKILLS_MAGIC_LOCK", str(tmp_path / "skills.lock"))
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    notebook_folder(monkeypatch, tmp_path, db="skills.sqlite")
     skill = tmp_path / "skills" / "pdf-tools"
     make_skill(skill, "name: pdf-tools\ndescription: Extracts text from PDF files. Use when a PDF is mentioned.\n")
     write_file(skill, "scripts/echo.py", ECHO)
@@ -409,21 +407,16 @@ def _model_run(session: SkillsSession) -> None:
 def test_ledger_magic_on_an_unusable_database_is_a_one_line_usage_error(ip, tmp_path, monkeypatch):
     from IPython.core.error import UsageError
 
-    from skills_magic.notebook.magics import SkillsMagics, unregister
-
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "bundled")
     monkeypatch.setenv("SKILLS_MAGIC_DB", "ledger.sqlite")  # relative to the session's folder
     monkeypatch.chdir(tmp_path)
     _random_bytes(tmp_path / "ledger.sqlite")
-    ip.register_magics(SkillsMagics(shell=ip))
-    try:
+    with registered_magics(ip):
         for line in ("use demo", "hypothesis The file has gaps", "list --plan demo"):
             with pytest.raises(UsageError) as raised:
                 ip.run_line_magic("ledger", line)
             text = str(raised.value)
             assert "\n" not in text and str(tmp_path / "ledger.sqlite") in text and "file is not a database" in text
-    finally:
-        unregister(ip)
 
 
 def test_a_folder_in_the_databases_place_says_so(tmp_path):

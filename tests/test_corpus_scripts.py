@@ -10,7 +10,6 @@ docs/permissions.md "Real skills' scripts" lists these scripts and more, with wh
 
 from __future__ import annotations
 
-import hashlib
 import http.server
 import importlib.util
 import json
@@ -26,8 +25,10 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from fake_anthropic import QuietHandler
 from jupyter_client.manager import start_new_kernel
 from processes import processes_running, wait_until_gone
+from skillfiles import tree
 
 pytestmark = [pytest.mark.corpus, pytest.mark.needs_sandbox]
 
@@ -113,23 +114,6 @@ NETWORK_OFF = "the network is off in the sandbox"
 
 
 # --- the notebook: a real kernel in a fresh project folder ------------------------------------------------------
-
-
-def tree(root: Path, skip: str | None = ".skills") -> dict[str, str]:
-    """Every file, link and folder under root (but `skip` at its top): digest and mode, or link target."""
-    found = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not (folder == str(root) and d == skip)]
-        for name in dirs + files:
-            path = os.path.join(folder, name)
-            relative = os.path.relpath(path, root)
-            if os.path.islink(path):
-                found[relative] = "link " + os.readlink(path)
-            elif os.path.isdir(path):
-                found[relative] = "folder"
-            else:
-                found[relative] = hashlib.sha256(Path(path).read_bytes()).hexdigest() + oct(os.lstat(path).st_mode)
-    return found
 
 
 class Cell:
@@ -242,6 +226,15 @@ class Notebook:
         policy = self.ok(f"%skills allow {rule}" + (f" {grant}" if grant else ""))
         assert f"allow {rule}" in policy.text, policy.text
 
+    def ready(self, name: str, files: dict[str, str] | None = None, grant: str = "") -> dict[str, str]:
+        """The skill `name` of the corpus copied in, the user's own `files` written beside it, the start cells run:
+        the notebook's folder as it is then (to compare after the run)."""
+        self.add(name)
+        for relative, text in (files or {}).items():
+            self.write(relative, text)
+        self.start(name, grant)
+        return tree(self.folder)
+
     def run(self, command: str, seconds: float = CELL_SECONDS) -> Cell:
         """`%%skill run ...` exactly as typed, with an empty line under it (IPython refuses a cell magic whose body
         is empty); the cell shows the run view, never an error."""
@@ -314,10 +307,7 @@ def assert_no_process_left(marker: str) -> None:
 
 
 def test_quick_validate_finds_the_skill_folder_in_the_notebooks_folder_and_prints_its_verdict(notebook):
-    notebook.add("skill-creator")
-    notebook.write("my-skill/SKILL.md", MY_SKILL)
-    notebook.start("skill-creator")
-    before = tree(notebook.folder)
+    before = notebook.ready("skill-creator", {"my-skill/SKILL.md": MY_SKILL})
 
     valid = notebook.run("%%skill run skill-creator --no-model --script scripts/quick_validate.py my-skill")
     data = valid.data()
@@ -338,10 +328,7 @@ def test_quick_validate_finds_the_skill_folder_in_the_notebooks_folder_and_print
 
 
 def test_package_skill_imports_its_sibling_module_and_its_zip_is_a_change_applied_on_request(notebook):
-    notebook.add("skill-creator")
-    notebook.write("my-skill/SKILL.md", MY_SKILL)
-    notebook.start("skill-creator")
-    before = tree(notebook.folder)
+    before = notebook.ready("skill-creator", {"my-skill/SKILL.md": MY_SKILL})
 
     cell = notebook.run("%%skill run skill-creator --no-model --script scripts/package_skill.py my-skill dist")
     data = cell.data()
@@ -367,13 +354,12 @@ def test_package_skill_imports_its_sibling_module_and_its_zip_is_a_change_applie
 
 
 def test_aggregate_benchmark_writes_its_summary_next_to_its_input_as_changes(notebook):
-    notebook.add("skill-creator")
+    gradings = {}
     for config, passed in (("with_skill", 2), ("without_skill", 1)):
         grading = {"summary": {"pass_rate": passed / 2, "passed": passed, "failed": 2 - passed, "total": 2},
                    "expectations": [{"text": "greets by name", "passed": passed == 2, "evidence": "Hello, Ann"}]}
-        notebook.write(f"workspace/iteration-1/eval-1/{config}/run-1/grading.json", json.dumps(grading))
-    notebook.start("skill-creator")
-    before = tree(notebook.folder)
+        gradings[f"workspace/iteration-1/eval-1/{config}/run-1/grading.json"] = json.dumps(grading)
+    before = notebook.ready("skill-creator", gradings)
 
     cell = notebook.run("%%skill run skill-creator --no-model --script scripts/aggregate_benchmark.py -- "
                         "workspace/iteration-1 --skill-name my-skill")
@@ -403,10 +389,8 @@ def test_aggregate_benchmark_writes_its_summary_next_to_its_input_as_changes(not
 
 
 def test_calculate_scores_reads_the_scores_file_and_writes_its_report_as_a_change(notebook):
-    notebook.add("scholar-evaluation")
-    notebook.write("scores.json", json.dumps({"problem_formulation": 4, "methodology": 3.5, "analysis": 4, "writing": 3}))
-    notebook.start("scholar-evaluation")
-    before = tree(notebook.folder)
+    scores = {"problem_formulation": 4, "methodology": 3.5, "analysis": 4, "writing": 3}
+    before = notebook.ready("scholar-evaluation", {"scores.json": json.dumps(scores)})
 
     cell = notebook.run("%%skill run scholar-evaluation --no-model --script scripts/calculate_scores.py -- "
                         "--scores scores.json --output evaluation.txt")
@@ -423,10 +407,7 @@ def test_calculate_scores_reads_the_scores_file_and_writes_its_report_as_a_chang
 
 
 def test_search_databases_deduplicates_a_relative_results_file_into_bibtex(notebook):
-    notebook.add("literature-review")
-    notebook.write("results.json", json.dumps(SEARCH_RESULTS))
-    notebook.start("literature-review")
-    before = tree(notebook.folder)
+    before = notebook.ready("literature-review", {"results.json": json.dumps(SEARCH_RESULTS)})
 
     cell = notebook.run("%%skill run literature-review --no-model --script scripts/search_databases.py -- "
                         "results.json --deduplicate --format bibtex --output results.bib")
@@ -445,10 +426,7 @@ def test_search_databases_deduplicates_a_relative_results_file_into_bibtex(noteb
 
 
 def test_format_bibtex_rewrites_its_input_as_a_diffed_change_the_user_applies(notebook):
-    notebook.add("citation-management")
-    notebook.write("refs.bib", REFS_BIB)
-    notebook.start("citation-management")
-    before = tree(notebook.folder)
+    before = notebook.ready("citation-management", {"refs.bib": REFS_BIB})
 
     cell = notebook.run("%%skill run citation-management --no-model --script scripts/format_bibtex.py -- "
                         "refs.bib --deduplicate --sort year")
@@ -481,9 +459,7 @@ def test_format_bibtex_rewrites_its_input_as_a_diffed_change_the_user_applies(no
 def test_a_plotting_script_without_its_package_ends_with_the_pip_install_hint(notebook, skill, command, package):
     if importlib.util.find_spec(package) is not None:
         pytest.fail(f"{package} is installed here, so this test cannot show the hint for a missing package")
-    notebook.add(skill)
-    notebook.start(skill)
-    before = tree(notebook.folder)
+    before = notebook.ready(skill)
 
     cell = notebook.run(f"%%skill run {skill} --no-model --script {command}")
     data = cell.data()
@@ -543,10 +519,7 @@ def test_init_artifact_without_a_network_grant_ends_naming_the_network_and_the_g
 
 
 def test_with_server_runs_a_server_and_a_check_on_the_sandboxs_own_loopback_without_any_grant(notebook):
-    notebook.add("webapp-testing")
-    notebook.write("check.py", CHECK_PY)
-    notebook.start("webapp-testing")
-    before = tree(notebook.folder)
+    before = notebook.ready("webapp-testing", {"check.py": CHECK_PY})
 
     cell = notebook.run('%%skill run webapp-testing --no-model --script scripts/with_server.py -- '
                         '--server "python -m http.server 8765" --port 8765 -- python check.py')
@@ -562,20 +535,12 @@ def test_with_server_runs_a_server_and_a_check_on_the_sandboxs_own_loopback_with
     notebook.assert_nothing_changed_outside()
 
 
-class _API(http.server.BaseHTTPRequestHandler):
+class _API(QuietHandler):
     seen: ClassVar[list[str]] = []  # each server gets its own list (see `api`)
 
     def do_GET(self):
         self.seen.append(f"{self.headers.get('Host')} {self.path}")
-        body = b'{"answer": 42}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.reply(b'{"answer": 42}', headers={"Content-Type": "application/json"})
 
 
 @pytest.fixture
@@ -631,9 +596,7 @@ def test_a_host_that_is_not_granted_is_refused_with_a_line_naming_it_and_the_gra
 
 
 def test_doi_to_bibtex_without_a_grant_ends_with_the_network_hint(notebook):
-    notebook.add("citation-management")
-    notebook.start("citation-management")
-    before = tree(notebook.folder)
+    before = notebook.ready("citation-management")
 
     cell = notebook.run("%%skill run citation-management --no-model --script scripts/doi_to_bibtex.py -- "
                         "10.1038/s41586-021-03819-2 -o refs.bib")
@@ -654,9 +617,7 @@ def test_doi_to_bibtex_granted_another_host_is_refused_naming_doi_org_and_the_gr
     """The user granted Crossref's API, but the script asks doi.org first: refused at once, before any lookup."""
     if importlib.util.find_spec("requests") is None:
         pytest.fail("requests is not installed here (jupyterlab's dependencies bring it)")
-    notebook.add("citation-management")
-    notebook.start("citation-management", "--network api.crossref.org")
-    before = tree(notebook.folder)
+    before = notebook.ready("citation-management", grant="--network api.crossref.org")
 
     cell = notebook.run("%%skill run citation-management --no-model --script scripts/doi_to_bibtex.py -- "
                         "10.1038/s41586-021-03819-2 -o refs.bib")

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from skillfiles import make_skill
+from skillfiles import make_skill, write_file
 
 import skills_magic.runs.disclosure as disclosure
 from skills_magic.skills.catalog import Catalog, Source
@@ -166,17 +166,18 @@ def test_activation_substitutes_declared_names(tmp_path):
 # --- resources() -------------------------------------------------------------------------------------------------
 
 
-def test_resources_lists_files_relative_without_skill_md(tmp_path):
+def demo_skill(tmp_path: Path, files: dict[str, str] | None = None) -> Path:
+    """Skill `demo` in tmp/skills with `files` (relative path: text) beside its SKILL.md; the skills folder."""
     root = tmp_path / "skills"
-    folder = root / "demo"
-    make_skill(folder)
-    (folder / "scripts").mkdir()
-    (folder / "scripts" / "run.py").write_text("print(1)\n")
-    (folder / "scripts" / "a.sh").write_text("echo\n")
-    (folder / "references").mkdir()
-    (folder / "references" / "guide.md").write_text("# g\n")
-    (folder / "README.md").write_text("r\n")
-    (folder / "b.txt").write_text("b\n")
+    make_skill(root / "demo")
+    for relative, text in (files or {}).items():
+        write_file(root / "demo", relative, text)
+    return root
+
+
+def test_resources_lists_files_relative_without_skill_md(tmp_path):
+    root = demo_skill(tmp_path, {"scripts/run.py": "print(1)\n", "scripts/a.sh": "echo\n",
+                                 "references/guide.md": "# g\n", "README.md": "r\n", "b.txt": "b\n"})
     skill = load(root)["demo"]
     found = resources(skill)
     assert "SKILL.md" not in found
@@ -188,10 +189,7 @@ def test_resources_lists_files_relative_without_skill_md(tmp_path):
 
 
 def test_resources_never_holds_contents(tmp_path):
-    root = tmp_path / "skills"
-    folder = root / "demo"
-    make_skill(folder)
-    (folder / "secret.md").write_text("THE CONTENTS\n")
+    root = demo_skill(tmp_path, {"secret.md": "THE CONTENTS\n"})
     skill = load(root)["demo"]
     assert resources(skill) == ["secret.md"]
     assert "THE CONTENTS" not in activation_text(skill, "d", [], "s")
@@ -218,22 +216,15 @@ def test_resources_of_a_skill_without_files_is_empty(tmp_path):
 
 
 def test_nested_skill_md_is_a_resource(tmp_path):
-    root = tmp_path / "skills"
-    folder = root / "demo"
-    make_skill(folder)
-    (folder / "templates").mkdir()
-    (folder / "templates" / "SKILL.md").write_text("template\n")
+    root = demo_skill(tmp_path, {"templates/SKILL.md": "template\n"})
     skill = Catalog([Source("session", str(root), explicit=True)]).scan().get("demo")
     assert resources(skill) == ["templates/SKILL.md"]
 
 
 def test_resources_stops_walking_once_over_the_cap(tmp_path, monkeypatch):
     monkeypatch.setattr(disclosure, "MAX_RESOURCES_LISTED", 3)
-    root = tmp_path / "skills"
+    root = demo_skill(tmp_path, {f"f{i}.txt": "x\n" for i in range(5)})
     folder = root / "demo"
-    make_skill(folder)
-    for i in range(5):
-        (folder / f"f{i}.txt").write_text("x\n")
     for sub_folder in ("a", "b"):
         (folder / sub_folder).mkdir()
         (folder / sub_folder / "x.txt").write_text("x\n")
@@ -244,11 +235,7 @@ def test_resources_stops_walking_once_over_the_cap(tmp_path, monkeypatch):
 
 def test_activation_caps_the_resource_list_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(disclosure, "MAX_RESOURCES_LISTED", 3)
-    root = tmp_path / "skills"
-    folder = root / "demo"
-    make_skill(folder)
-    for i in range(6):
-        (folder / f"f{i}.txt").write_text("x\n")
+    root = demo_skill(tmp_path, {f"f{i}.txt": "x\n" for i in range(6)})
     text = activation_text(load(root)["demo"], "skills/demo", [], "s")
     tail = text.split("[resources of demo: read with read_skill_resource, run scripts with run_skill_script]\n", 1)[1]
     assert tail.splitlines() == ["- f0.txt", "- f1.txt", "- f2.txt", "- ... and more files not listed (over 3)"]

@@ -15,7 +15,7 @@ from nbclient import NotebookClient
 
 from fake_anthropic import (Error, FakeAnthropicServer, forget_machine_setup, message, sent_key, text_block, text_message,
                             text_pieces, tool_message, tool_results, tool_use_block, usage, utf8_size)
-from skillfiles import make_skill
+from skillfiles import tea_notes_skill
 from skills_magic.models.anthropic import DEFAULT_MODEL, AnthropicModel
 from skills_magic.models.base import ModelError
 
@@ -46,11 +46,8 @@ def environment(monkeypatch, tmp_path):
 
 @pytest.fixture
 def skill_folder(tmp_path):
-    folder = tmp_path / "my-skills" / "tea-notes"
-    make_skill(folder, name="tea-notes", description="Writes tasting notes for a tea. Use when asked about a tea.", body=BODY)
-    (folder / "references").mkdir()
-    (folder / "references" / "style.md").write_text(STYLE, encoding="utf-8")
-    return folder
+    return tea_notes_skill(tmp_path / "my-skills" / "tea-notes", BODY, STYLE,
+                           description="Writes tasting notes for a tea. Use when asked about a tea.")
 
 
 def run_replies(answer: str) -> list:

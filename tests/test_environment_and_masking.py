@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 
+from database_files import raw_rows
+from notebook_setup import notebook_folder
 from skillfiles import make_skill, write_file
-from skills_magic.safety import redact, sandbox
+from skills_magic import redact
+from skills_magic.safety import sandbox
 from skills_magic.skills.catalog import Source
 from skills_magic.safety.execute import clean_environment, run_script
 from skills_magic.safety.gate import unattended
@@ -89,20 +91,7 @@ def skill_with(place: Path, scripts: dict[str, str]) -> SkillsSession:
 
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "audit.sqlite"))
-    monkeypatch.setenv("SKILLS_MAGIC_LOCK", str(tmp_path / "skills.lock"))
-    monkeypatch.delenv("SKILLS_MAGIC_MODEL", raising=False)
-    return tmp_path
-
-
-def raw_audit(place: Path) -> list[dict]:
-    connection = sqlite3.connect(place / "audit.sqlite")
-    connection.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in connection.execute("SELECT * FROM audit ORDER BY id")]
-    finally:
-        connection.close()
+    return notebook_folder(monkeypatch, tmp_path)
 
 
 # --- the environment is an allowlist ------------------------------------------------------------------------------
@@ -297,7 +286,7 @@ def test_audit_rows_store_credentials_masked(place, credentials):
     gate.run_check("ledger", command, str(place), unattended)  # nobody to ask: denied, with the command in the row
     gate.run_script(session.skill("x"), "scripts/https://u:pw-9c1d@h.py", [], "", unattended)  # not a file
 
-    rows = raw_audit(place)
+    rows = raw_rows(place / "audit.sqlite")
     assert len(rows) >= 2
     stored = json.dumps(rows)
     for secret in ("tok-9c1d", "mysql-pwd-9c1d", "pw-9c1d"):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
+from notebook_setup import registered_magics
 
 from skills_magic.errors import InvalidArgument, SkillsMagicError
-from skills_magic.notebook.magics import SkillsMagics, unregister
 
 PACKAGE = Path(__file__).resolve().parent.parent / "skills_magic"
 
@@ -45,10 +45,8 @@ def skills(ip, tmp_path, monkeypatch):
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "project,bundled")
     monkeypatch.delenv("SKILLS_MAGIC_PATH", raising=False)
     monkeypatch.chdir(tmp_path)
-    magics = SkillsMagics(shell=ip)
-    ip.register_magics(magics)
-    yield magics.session, lambda line: ip.run_line_magic("skills", line)
-    unregister(ip)
+    with registered_magics(ip) as magics:
+        yield magics.session, lambda line: ip.run_line_magic("skills", line)
 
 
 def test_a_skills_magic_error_is_shown_as_one_usage_line(skills, monkeypatch):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from fake_anthropic import FakeMessagesAPI, text_message, tool_message, usage
 from IPython.core.error import UsageError
+from notebook_setup import notebook_folder, registered_magics
 from skillfiles import make_skill
 
 from skills_magic.runs.agent import SYSTEM_INSTRUCTIONS, ToolCall, tool_definitions
@@ -41,7 +42,6 @@ from skills_magic.runs.evals import (
     prompt_text,
     run_eval,
 )
-from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.models.anthropic import AnthropicModel
 from skills_magic.models.scripted import ScriptedModel, keyword_router
 
@@ -697,18 +697,12 @@ def test_a_judgement_that_skips_an_expected_behaviour_is_not_a_full_pass(tmp_pat
 
 @pytest.fixture
 def magics(ip, tmp_path, monkeypatch):
-    monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "bundled")
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "skills.sqlite"))
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.delenv("SKILLS_MAGIC_MODEL", raising=False)
-    monkeypatch.chdir(tmp_path)
+    notebook_folder(monkeypatch, tmp_path, db="skills.sqlite", lock=None, sources="bundled")
     (tmp_path / "evals").mkdir()
     shutil.copy(ACTIVATION_SET, tmp_path / "evals" / "activation.yaml")
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    ip.run_line_magic("skills", "model keywords")
-    yield instance
-    unregister(ip)
+    with registered_magics(ip) as instance:
+        ip.run_line_magic("skills", "model keywords")
+        yield instance
 
 
 def skills_eval(ip, line: str) -> EvalView:

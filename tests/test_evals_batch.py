@@ -11,7 +11,8 @@ import json
 import types
 
 import pytest
-from fake_anthropic import forget_machine_setup, text_message, tool_message, usage
+from fake_anthropic import text_message, tool_message, usage
+from notebook_setup import notebook_folder, register_magics, registered_magics
 from IPython.core.error import UsageError
 from test_batch import KEY, FakeBatches, FakeBatchServer, Recorder, errored
 
@@ -32,10 +33,7 @@ PROMPTS = """prompts:
 IDS = ["p0-r1", "p0-r2", "p1-r1", "p1-r2", "p2-r1", "p2-r2", "p3-r1", "p3-r2"]
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch, tmp_path):
-    """No real credentials, base URL, profile or model choice leaks in from the machine running the tests."""
-    forget_machine_setup(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("machine_setup_forgotten")
 
 
 def prompt_of(params: dict) -> str:
@@ -75,22 +73,16 @@ def served_usage(fake: FakeBatches) -> tuple[int, int]:
 
 @pytest.fixture
 def magics(ip, tmp_path, monkeypatch):
-    monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "bundled")
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "skills.sqlite"))
-    monkeypatch.chdir(tmp_path)
+    notebook_folder(monkeypatch, tmp_path, db="skills.sqlite", lock=None, sources="bundled")
     (tmp_path / "set.yaml").write_text(PROMPTS, encoding="utf-8")
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    yield instance
-    unregister(ip)
+    with registered_magics(ip) as instance:
+        yield instance
 
 
 def new_magics(ip) -> SkillsMagics:
     """A fresh session, as after a kernel restart."""
     unregister(ip)
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    return instance
+    return register_magics(ip)
 
 
 def batch_eval(ip, line: str) -> EvalView:

@@ -14,6 +14,7 @@ import pytest
 from processes import gone, processes_running, wait_until_gone
 from IPython.core.error import StdinNotImplementedError
 
+from notebook_setup import notebook_folder
 from skillfiles import make_skill, write_file
 from skills_magic.skills.catalog import Source
 from skills_magic.safety.execute import DEFAULT_TIMEOUT_SECONDS, MAX_OUTPUT_BYTES
@@ -46,11 +47,7 @@ def build_skill(root: Path, name: str = "x", scripts: dict[str, str] | None = No
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
     """tmp_path as the notebook's folder, with its own audit database and lock file."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "audit.sqlite"))
-    monkeypatch.setenv("SKILLS_MAGIC_LOCK", str(tmp_path / "skills.lock"))
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.delenv("SKILLS_MAGIC_MODEL", raising=False)
+    notebook_folder(monkeypatch, tmp_path)
     (tmp_path / "skills").mkdir()
     return tmp_path
 
@@ -81,6 +78,13 @@ def agent_run(session: SkillsSession, *calls, asker=None, turns=None):
     """A scripted model asking for each tool call in its own turn, then answering "done"."""
     session.model_client = ScriptedModel(turns if turns is not None else [{"tool_use": [c]} for c in calls] + ["done"])
     return session.run("Do the task.", asker=asker)
+
+
+def allowed_agent_run(place: Path, *paths: str):
+    """A model run asking for each of skill x's `paths` in turn, a rule allowing its scripts: (session, result)."""
+    session = new_session(place)
+    session.add_rule("allow", "x:scripts/*")
+    return session, agent_run(session, *(script_call(path) for path in paths))
 
 
 def assert_run_went_on(result) -> None:
@@ -178,9 +182,7 @@ def seen_environment(outcome_or_text) -> dict:
 
 def test_a_script_sees_no_secret_names_or_values_but_does_see_path(place, secrets):
     build_skill(place / "skills", scripts={"scripts/env.py": ENV_DUMP})
-    session = new_session(place)
-    session.add_rule("allow", "x:scripts/*")
-    result = agent_run(session, script_call("scripts/env.py"))
+    session, result = allowed_agent_run(place, "scripts/env.py")
     call = result.tool_calls[-1]
     assert not call.is_error
     content = result.messages[2]["content"][0]["content"]
@@ -312,9 +314,7 @@ def test_binary_output_is_decoded_with_replacement(place):
     build_skill(place / "skills", scripts={"scripts/noise.py": (
         "import os, sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\x00' + os.urandom(200000))\n"
         "sys.stderr.buffer.write(os.urandom(5000))\n")})
-    session = new_session(place)
-    session.add_rule("allow", "x:scripts/*")
-    result = agent_run(session, script_call("scripts/noise.py"))
+    _session, result = allowed_agent_run(place, "scripts/noise.py")
     call = result.tool_calls[-1]
     assert not call.is_error
     content = result.messages[2]["content"][0]["content"]
@@ -329,9 +329,7 @@ def test_binary_output_is_decoded_with_replacement(place):
 def test_a_missing_interpreter_is_a_clear_error_and_an_is_error_tool_result(place):
     folder = build_skill(place / "skills", scripts={})
     write_file(folder, "scripts/tool", "#!/nonexistent/interpreter\nprint('never')\n", mode=0o755)
-    session = new_session(place)
-    session.add_rule("allow", "x:scripts/*")
-    result = agent_run(session, script_call("scripts/tool"))
+    session, result = allowed_agent_run(place, "scripts/tool")
     call = result.tool_calls[-1]
     assert call.is_error and call.error == "scripts/tool cannot be started: No such file or directory"
     assert_run_went_on(result)
@@ -400,11 +398,16 @@ def test_any_other_asker_error_is_not_taken_as_an_answer(place):
         session.gate().run_script(session.skill("x"), "scripts/run.py", [], "", Asker(ZeroDivisionError))
 
 
-def test_once_runs_without_adding_a_rule_and_asks_again_next_time(place):
+def run_twice_answering(place: Path, answer: str):
+    """A model run asking for skill x's scripts/run.py twice, the user answering `answer`: (session, asker, result)."""
     build_skill(place / "skills")
     session = new_session(place)
-    asker = Asker("once")
-    result = agent_run(session, script_call("scripts/run.py"), script_call("scripts/run.py"), asker=asker)
+    asker = Asker(answer)
+    return session, asker, agent_run(session, script_call("scripts/run.py"), script_call("scripts/run.py"), asker=asker)
+
+
+def test_once_runs_without_adding_a_rule_and_asks_again_next_time(place):
+    session, asker, result = run_twice_answering(place, "once")
     assert [c.is_error for c in result.tool_calls] == [False, False]
     assert len(asker.requests) == 2
     assert session.policy.rules == []
@@ -412,10 +415,7 @@ def test_once_runs_without_adding_a_rule_and_asks_again_next_time(place):
 
 
 def test_always_runs_adds_an_allow_rule_and_the_next_run_is_not_asked(place):
-    build_skill(place / "skills")
-    session = new_session(place)
-    asker = Asker("always")
-    result = agent_run(session, script_call("scripts/run.py"), script_call("scripts/run.py"), asker=asker)
+    session, asker, result = run_twice_answering(place, "always")
     assert [c.is_error for c in result.tool_calls] == [False, False]
     assert len(asker.requests) == 1
     rule, = session.policy.rules
@@ -520,9 +520,7 @@ def test_a_non_zero_exit_is_an_is_error_result_with_stderr_and_the_run_goes_on(p
     build_skill(place / "skills", scripts={
         "scripts/fail.py": "import sys\nprint('partial')\nsys.stderr.write('it broke\\n')\nsys.exit(3)\n",
         "scripts/run.py": RUN})
-    session = new_session(place)
-    session.add_rule("allow", "x:scripts/*")
-    result = agent_run(session, script_call("scripts/fail.py"), script_call("scripts/run.py"))
+    session, result = allowed_agent_run(place, "scripts/fail.py", "scripts/run.py")
     failed, succeeded = result.tool_calls
     assert failed.is_error and failed.error == "scripts/fail.py exit code 3\nit broke"
     assert not succeeded.is_error

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from notebook_setup import notebook_folder, registered_magics
 from skillfiles import make_skill, write_file
 from skills_magic.skills.catalog import Source
-from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.safety.policy import Policy, escape_pattern, parse_rule, pattern_matches, pre_approval_hint
 from skills_magic.safety.sandbox import availability
@@ -32,11 +32,7 @@ NFC, NFD = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
     """tmp_path as the notebook's folder, with its own audit database and lock file."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "audit.sqlite"))
-    monkeypatch.setenv("SKILLS_MAGIC_LOCK", str(tmp_path / "skills.lock"))
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.delenv("SKILLS_MAGIC_MODEL", raising=False)
+    notebook_folder(monkeypatch, tmp_path)
     (tmp_path / "skills").mkdir()
     return tmp_path
 
@@ -57,6 +53,14 @@ def skill(root: Path, body: str, name: str = "x", frontmatter: str | None = None
     for relative, text in (files or {}).items():
         write_file(folder, relative, text)
     return folder
+
+
+def allowing(place: Path, body: str, rule: str, files: dict[str, str] | None = None) -> SkillsSession:
+    """Skill x with `body` (and `files`) in place/skills, a session over it, and `rule` allowed."""
+    skill(place / "skills", body, files=files)
+    session = new_session(place)
+    allow(session, rule)
+    return session
 
 
 def activation(session: SkillsSession, arguments=(), asker=None, name: str = "x") -> str:
@@ -88,9 +92,7 @@ def script_run(session: SkillsSession, path: str, skill_name: str = "x"):
 
 
 def test_an_argument_cannot_start_a_second_inline_command(place):
-    skill(place / "skills", "# Body\n\nToday: !`date -u -d @0 +%Y`\n\nTopic: $ARGUMENTS\n")
-    session = new_session(place)
-    allow(session, "x:!date *")
+    session = allowing(place, "# Body\n\nToday: !`date -u -d @0 +%Y`\n\nTopic: $ARGUMENTS\n", "x:!date *")
     argument = f"!`date -u -d @0 +%Y; echo {INJECTED}; {STEAL}`"  # would match `!date *` if it were a command
     text = activation(session, [argument])
     assert_not_injected(text)
@@ -100,9 +102,7 @@ def test_an_argument_cannot_start_a_second_inline_command(place):
 
 
 def test_an_argument_cannot_close_an_inline_command_and_open_another(place):
-    skill(place / "skills", "# Body\n\nStamp: !`echo $ARGUMENTS`\n")
-    session = new_session(place)
-    allow(session, "x:!echo *")
+    session = allowing(place, "# Body\n\nStamp: !`echo $ARGUMENTS`\n", "x:!echo *")
     argument = f"x` and !`echo {INJECTED}; {STEAL}"
     text = activation(session, [argument])
     assert_not_injected(text)
@@ -111,9 +111,7 @@ def test_an_argument_cannot_close_an_inline_command_and_open_another(place):
 
 
 def test_a_commands_output_is_not_scanned_for_inline_commands(place):
-    skill(place / "skills", "# Body\n\nOut: !`printf '!\\x60echo INJECTED-$((6*7))\\x60'`\n")  # prints !`echo ...`
-    session = new_session(place)
-    allow(session, "x:!*")
+    session = allowing(place, "# Body\n\nOut: !`printf '!\\x60echo INJECTED-$((6*7))\\x60'`\n", "x:!*")  # prints !`echo ...`
     text = activation(session)
     assert_not_injected(text)
     assert f"Out: !`echo {INJECTED}`\n" in text
@@ -157,9 +155,7 @@ def test_the_prompt_shows_the_command_that_runs_with_its_quoted_argument(place):
 
 
 def test_a_placeholder_the_reader_cannot_follow_is_refused_and_nothing_runs(place):
-    skill(place / "skills", "# Body\n\nSaid: !`echo ${X:-$0}`\n")
-    session = new_session(place)
-    allow(session, "x:!echo *")
+    session = allowing(place, "# Body\n\nSaid: !`echo ${X:-$0}`\n", "x:!echo *")
     text = activation(session, [f"}}; echo {INJECTED}; {STEAL}; echo {{"])  # today: `echo ${X:-}; echo INJECTED...`
     assert_not_injected(text)
     assert "Said: [denied: !`echo ${X:-$0}`: $0 comes after `${`, where it cannot be quoted safely]" in text
@@ -188,32 +184,24 @@ def test_skill_dir_in_a_command_reads_the_skills_file_far_from_the_session(place
 
 
 def test_a_date_command_with_a_percent_format_runs(place):
-    skill(place / "skills", "# Body\n\nToday: !`date -u -d @0 +%Y-%m`\n")
-    session = new_session(place)
-    allow(session, "x:!date *")
+    session = allowing(place, "# Body\n\nToday: !`date -u -d @0 +%Y-%m`\n", "x:!date *")
     assert "Today: 1970-01\n" in activation(session)
 
 
 def test_arguments_of_plain_words_in_a_command_run_as_written(place):
-    skill(place / "skills", "# Body\n\nSaid: !`echo $ARGUMENTS`\n\nFor $0.\n")
-    session = new_session(place)
-    allow(session, "x:!echo *")
+    session = allowing(place, "# Body\n\nSaid: !`echo $ARGUMENTS`\n\nFor $0.\n", "x:!echo *")
     text = activation(session, ["hello", "world"])
     assert "Said: hello world\n" in text and "For hello." in text and "ARGUMENTS:" not in text
     assert runs(session) == ["!echo hello world"]  # the rule sees the command as the body shows it, filled in
 
 
 def test_an_index_with_no_argument_keeps_its_shell_meaning(place):
-    skill(place / "skills", "# Body\n\nFirst: !`echo a b | awk '{print $1}'`\n")
-    session = new_session(place)
-    allow(session, "x:!echo *")
+    session = allowing(place, "# Body\n\nFirst: !`echo a b | awk '{print $1}'`\n", "x:!echo *")
     assert "First: a\n" in activation(session)
 
 
 def test_an_escaped_dollar_in_a_command_is_left_to_the_shell(place):
-    skill(place / "skills", "# Body\n\nSaid: !`echo \\$0 is the shell`\n")
-    session = new_session(place)
-    allow(session, "x:!echo *")
+    session = allowing(place, "# Body\n\nSaid: !`echo \\$0 is the shell`\n", "x:!echo *")
     assert "Said: $0 is the shell\n" in activation(session, ["ignored"])
 
 
@@ -248,9 +236,7 @@ def test_a_deny_rule_names_the_skill_whatever_its_unicode_form(place):
 
 
 def test_an_inline_command_rule_matches_whatever_the_unicode_form(place):
-    skill(place / "skills", f"# Body\n\nSaid: !`echo {NFD}`\n")
-    session = new_session(place)
-    allow(session, f"x:!echo {NFC}")
+    session = allowing(place, f"# Body\n\nSaid: !`echo {NFD}`\n", f"x:!echo {NFC}")
     assert f"Said: {NFD}\n" in activation(session)
 
 
@@ -258,9 +244,8 @@ def test_an_inline_command_rule_matches_whatever_the_unicode_form(place):
 
 
 def test_brackets_in_a_rule_are_literal(place):
-    skill(place / "skills", "# Body\n", files={"scripts/a.py": "print('plain a')\n", "scripts/[a].py": PRINT_RAN})
-    session = new_session(place)
-    allow(session, "x:scripts/*.py")
+    session = allowing(place, "# Body\n", "x:scripts/*.py",
+                       files={"scripts/a.py": "print('plain a')\n", "scripts/[a].py": PRINT_RAN})
     session.add_rule("deny", "x:scripts/[a].py")
     bracketed, transcript = script_run(session, "scripts/[a].py")
     assert bracketed.is_error and "denied" in bracketed.error and RAN not in transcript
@@ -270,9 +255,8 @@ def test_brackets_in_a_rule_are_literal(place):
 
 
 def test_an_escaped_star_pins_the_one_file_with_a_star_in_its_name(place):
-    skill(place / "skills", "# Body\n", files={"scripts/r*n.py": "print('star')\n", "scripts/rXn.py": PRINT_RAN})
-    session = new_session(place)
-    allow(session, "x:scripts/r\\*n.py")
+    session = allowing(place, "# Body\n", "x:scripts/r\\*n.py",
+                       files={"scripts/r*n.py": "print('star')\n", "scripts/rXn.py": PRINT_RAN})
     assert not script_run(session, "scripts/r*n.py")[0].is_error
     other, transcript = script_run(session, "scripts/rXn.py")  # nobody to ask: denied, with the rule that would allow it
     assert other.is_error and "%skills allow x:scripts/rXn.py" in other.error and RAN not in transcript
@@ -318,14 +302,10 @@ def test_an_escaped_path_matches_that_path_only(path):
 @pytest.mark.parametrize("path", ["scripts/r*n.py", "scripts/[a].py", "scripts/a?.py", "scripts/back\\slash.py",
                                   "!date +%Y", "!echo 'quoted words'"])
 def test_the_pre_approval_hint_typed_as_a_magic_allows_exactly_that_path(ip, place, path):
-    magics = SkillsMagics(shell=ip)
-    ip.register_magics(magics)
-    try:
+    with registered_magics(ip) as magics:
         hint = pre_approval_hint("x", path)
         assert hint.startswith("%skills ")
         ip.run_line_magic("skills", hint.removeprefix("%skills "))
-    finally:
-        unregister(ip)
     policy = magics.session.policy
     assert policy.decide("x", path).verdict == "allow"
     assert policy.decide("x", path + "x").verdict == "ask" and policy.decide("x", "scripts/rXn.py").verdict == "ask"

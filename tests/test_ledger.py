@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from database_files import entry_count as count
+from notebook_setup import notebook_folder
 from skillfiles import make_skill
 
 from skills_magic.skills.catalog import Source
@@ -53,17 +55,6 @@ def db_path(tmp_path) -> Path:
 @pytest.fixture
 def ledger(db_path) -> Ledger:
     return Ledger(Database(str(db_path)), "test-session")
-
-
-def count(db_path: Path, where: str = "1", args: tuple = ()) -> int:
-    """Rows as another program sees them: a fresh connection to the file, not the package's."""
-    if not Path(db_path).exists():
-        return 0  # nothing ever opened the file
-    connection = sqlite3.connect(db_path)
-    try:
-        return connection.execute(f"SELECT COUNT(*) FROM ledger_entries WHERE {where}", args).fetchone()[0]
-    finally:
-        connection.close()
 
 
 def seeded(ledger: Ledger, predictions: int = 1) -> list[Entry]:
@@ -483,11 +474,7 @@ def test_the_kinds_are_the_six_documented_ones():
 
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "ledger.sqlite"))
-    monkeypatch.setenv("SKILLS_MAGIC_LOCK", str(tmp_path / "skills.lock"))
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.delenv("SKILLS_MAGIC_MODEL", raising=False)
+    notebook_folder(monkeypatch, tmp_path, db="ledger.sqlite")
     root = tmp_path / "skills"
     make_skill(root / "plain-skill", description="A plain skill. Use when testing.")
     make_skill(root / "lab-skill", 'name: lab-skill\ndescription: Keeps an experiment ledger. Use when testing.\n'

@@ -3,16 +3,15 @@ one-line UsageErrors, the views' mime bundles, and `%ledger model on` offering t
 
 from __future__ import annotations
 
-import builtins
 import json
 import re
-import sqlite3
 
 import pytest
 from IPython.core.error import UsageError
+from database_files import entry_count
+from notebook_setup import no_input, register_magics, registered_magics
 
 from skills_magic.notebook.views import LedgerEntryView, LedgerStateView, ModelView, RunView
-from skills_magic.notebook.magics import SkillsMagics, unregister
 
 LEDGER_MIME = "application/vnd.skills-magic.ledger+json"
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
@@ -35,16 +34,10 @@ def magics(ip, tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("SKILLS_MAGIC_MODEL", raising=False)
     monkeypatch.chdir(tmp_path)
-
-    def nobody(prompt=""):
-        raise EOFError("nobody at the notebook")
-
-    monkeypatch.setattr(builtins, "input", nobody)
+    no_input(monkeypatch, EOFError("nobody at the notebook"))
     (tmp_path / "turns.yaml").write_text(TURNS, encoding="utf-8")
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    yield instance
-    unregister(ip)
+    with registered_magics(ip) as instance:
+        yield instance
 
 
 def ledger(ip, line: str, cell: str | None = None):
@@ -58,14 +51,7 @@ def refused(ip, line: str, cell: str | None = None) -> str:
 
 
 def rows(tmp_path) -> int:
-    path = tmp_path / "ledger.sqlite"
-    if not path.exists():
-        return 0
-    connection = sqlite3.connect(path)
-    try:
-        return connection.execute("SELECT COUNT(*) FROM ledger_entries").fetchone()[0]
-    finally:
-        connection.close()
+    return entry_count(tmp_path / "ledger.sqlite")
 
 
 def planned(ip) -> None:
@@ -299,8 +285,7 @@ def test_the_html_escapes_entry_text(ip, magics):
 
 def test_a_database_elsewhere_is_shown_relative_in_the_metadata(ip, magics, tmp_path, monkeypatch):
     monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "data" / "lab.sqlite"))
-    fresh = SkillsMagics(shell=ip)
-    ip.register_magics(fresh)
+    register_magics(ip)
     view = ip.run_line_magic("ledger", "use demo")
     assert view._repr_mimebundle_()[1][LEDGER_MIME]["database"] == "data/lab.sqlite"
     assert (tmp_path / "data" / "lab.sqlite").is_file()

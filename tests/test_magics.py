@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
+from notebook_setup import register_magics, registered_magics
 from skillfiles import make_skill
 from skills_magic import load_ipython_extension, unload_ipython_extension
 from skills_magic.skills.catalog import bundled_skills_folder
-from skills_magic.notebook.magics import SkillsMagics, unregister
+from skills_magic.notebook.magics import unregister
 
 SAMPLE_NAMES = sorted(p.name for p in (Path(__file__).resolve().parent.parent / "sample-skills").iterdir()
                       if (p / "SKILL.md").is_file())  # the bundled sample skills, in listing order
@@ -48,22 +49,15 @@ def project(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def _register(ip) -> SkillsMagics:
-    magics = SkillsMagics(shell=ip)
-    ip.register_magics(magics)
-    return magics
-
-
 @pytest.fixture
 def skills(ip, project):
     """`skills("list")` runs `%skills list` on a fresh session rooted at tmp_path."""
-    _register(ip)
 
     def run(line: str):
         return ip.run_line_magic("skills", line)
 
-    yield run
-    unregister(ip)
+    with registered_magics(ip):
+        yield run
 
 
 def _collection(root: Path, names_descriptions: dict[str, str]) -> Path:
@@ -516,7 +510,7 @@ def test_every_view_has_plain_text_html_and_its_own_json_type(ip, skills, projec
 
 def test_view_data_holds_no_absolute_path(ip, skills, project, messy_skills, monkeypatch):
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "project")  # the bundled folder is elsewhere on disk: see below
-    _register(ip)  # a new session with that environment (the `skills` fixture unregisters it)
+    register_magics(ip)  # a new session with that environment (the `skills` fixture unregisters it)
     views = _all_views(skills, project, messy_skills)
 
     assert "collision" in _codes(views["diagnostics"].data())  # a message that names another skill's folder
@@ -532,11 +526,8 @@ def test_bundled_skill_paths_in_view_data_are_not_absolute_when_the_notebook_is_
     notebook_folder.mkdir(parents=True)
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "bundled")
     monkeypatch.chdir(notebook_folder)
-    _register(ip)
-    try:
+    with registered_magics(ip):
         views = {"listing": ip.run_line_magic("skills", "list"), "skill": ip.run_line_magic("skills", "show csv-profile")}
-    finally:
-        unregister(ip)
 
     for kind, view in views.items():
         for string in _strings(view.data()):
@@ -626,11 +617,8 @@ def test_skills_magic_path_variable_adds_a_path_source(ip, project, monkeypatch)
     _collection(project / "from-env", {"env-tool": "From the environment. Use when set."})
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "path,bundled")
     monkeypatch.setenv("SKILLS_MAGIC_PATH", "from-env")
-    _register(ip)
-    try:
+    with registered_magics(ip):
         listing = ip.run_line_magic("skills", "list").text()
-    finally:
-        unregister(ip)
 
     assert _headers(listing) == ["## path", "## bundled"]
     assert _entry_names(listing) == ["env-tool", *SAMPLE_NAMES]

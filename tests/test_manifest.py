@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skillfiles import make_skill, write_file
+from notebook_setup import notebook_folder
+from skillfiles import make_skill, reviewed_skill, write_file
 from skills_magic.skills.catalog import Source
 from skills_magic.safety.gate import unattended
 from skills_magic.safety.manifest import LOCK_FILE, LOCK_HEADER, FileState, Manifest, ManifestMismatch, lock_path, skill_files
@@ -25,20 +26,13 @@ def sha(data: bytes | str) -> str:
 
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "audit.sqlite"))
-    monkeypatch.delenv("SKILLS_MAGIC_LOCK", raising=False)
-    return tmp_path
+    return notebook_folder(monkeypatch, tmp_path, lock=None)
 
 
 @pytest.fixture
 def folder(place) -> Path:
     """Skill `x` (version 2.1) with a script that leaves place/MARKER behind when it runs."""
-    skill = place / "skills" / "x"
-    make_skill(skill, "name: x\ndescription: Does a thing. Use when testing.\nmetadata:\n  version: '2.1'\n")
-    write_file(skill, "scripts/run.py", f"open({str(place / 'MARKER')!r}, 'w').write('ran')\nprint('ran')\n")
-    write_file(skill, "references/notes.md", "# Notes\n")
-    return skill
+    return reviewed_skill(place / "skills", f"open({str(place / 'MARKER')!r}, 'w').write('ran')\nprint('ran')\n")
 
 
 def new_session(place: Path) -> SkillsSession:

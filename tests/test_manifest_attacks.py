@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from skillfiles import make_skill, write_file
+from notebook_setup import notebook_folder, registered_magics
+from skillfiles import reviewed_skill, write_file
 from skills_magic.skills.catalog import Source
-from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.safety.manifest import (
     LOCK_FILE,
     Manifest,
@@ -98,20 +98,13 @@ def in_a_child(code: str, *args: object) -> str:
 
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "audit.sqlite"))
-    monkeypatch.delenv("SKILLS_MAGIC_LOCK", raising=False)
-    return tmp_path
+    return notebook_folder(monkeypatch, tmp_path, lock=None)
 
 
 @pytest.fixture
 def folder(place) -> Path:
     """Skill `x`: SKILL.md, an executable scripts/run.py, references/notes.md."""
-    skill = place / "skills" / "x"
-    make_skill(skill, "name: x\ndescription: Does a thing. Use when testing.\nmetadata:\n  version: '2.1'\n")
-    write_file(skill, "scripts/run.py", REVIEWED.decode(), mode=0o755)
-    write_file(skill, "references/notes.md", "# Notes\n")
-    return skill
+    return reviewed_skill(place / "skills", REVIEWED.decode(), mode=0o755)
 
 
 @pytest.fixture
@@ -436,12 +429,8 @@ def test_the_review_magic_refuses_in_one_line_naming_the_file(ip, folder, place,
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "path")
     monkeypatch.setenv("SKILLS_MAGIC_PATH", str(place / "skills"))
     (folder / "scripts" / "lib").symlink_to(outside / "lib", target_is_directory=True)
-    ip.register_magics(SkillsMagics(shell=ip))
-    try:
-        with pytest.raises(UsageError) as refused:
-            ip.run_line_magic("skills", "review x --yes")
-    finally:
-        unregister(ip)
+    with registered_magics(ip), pytest.raises(UsageError) as refused:
+        ip.run_line_magic("skills", "review x --yes")
     assert str(refused.value) == (f"x/scripts/lib is a symlink to {outside / 'lib'}, {OUTSIDE}; "
                                   "nothing was recorded in skills.lock")
     assert not (place / LOCK_FILE).exists()

@@ -12,9 +12,9 @@ import sys
 import httpx2
 import pytest
 
-from fake_anthropic import (Error, FakeMessagesAPI, StreamError, forget_machine_setup, message, sent_key, text_block,
-                            text_message, text_pieces, tool_message, tool_use_block, usage)
-from skillfiles import make_skill
+from fake_anthropic import (Error, FakeMessagesAPI, StreamError, message, sent_key, text_block, text_message,
+                            text_pieces, tool_message, tool_use_block, usage)
+from skillfiles import tea_notes_skill
 from skills_magic.runs.agent import SYSTEM_INSTRUCTIONS, Agent, tool_definitions
 from skills_magic.skills.catalog import Catalog, Source
 from skills_magic.models import anthropic as anthropic_module
@@ -28,19 +28,13 @@ STYLE = "Be brief — ünïcode ☕, three lines at most.\n"
 BODY = "# Tea notes\n\nRead references/style.md first, then write the notes.\n"
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch, tmp_path):
-    """No real credentials, base URL, profile or model choice leaks in from the machine running the tests."""
-    forget_machine_setup(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("machine_setup_forgotten")
 
 
 @pytest.fixture
 def skills(tmp_path):
     root = tmp_path / "skills"
-    make_skill(root / "tea-notes", name="tea-notes", description="Writes tasting notes for a tea. Use when asked about tea.",
-               body=BODY)
-    (root / "tea-notes" / "references").mkdir()
-    (root / "tea-notes" / "references" / "style.md").write_text(STYLE, encoding="utf-8")
+    tea_notes_skill(root / "tea-notes", BODY, STYLE)
     found = Catalog([Source("session", str(root), explicit=True)]).scan().skills
     assert [s.name for s in found] == ["tea-notes"]
     return found

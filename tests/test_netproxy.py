@@ -24,6 +24,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from fake_anthropic import QuietHandler
 from processes import processes_running, wait_until_gone
 
 from skills_magic.safety import netproxy
@@ -66,7 +67,7 @@ def no_thread_raises(monkeypatch):
 
 
 # --- stand-ins and helpers --------------------------------------------------------------------------------------------
-class WebAPI(http.server.BaseHTTPRequestHandler):
+class WebAPI(QuietHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
@@ -78,15 +79,6 @@ class WebAPI(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.reply(json.dumps({"path": self.path, "headers": dict(self.headers), "body": body.decode()}).encode())
-
-    def reply(self, body: bytes):
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 class Server(http.server.ThreadingHTTPServer):

@@ -11,12 +11,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from fake_anthropic import QuietHandler
 
 from skills_magic.safety import sandbox
 from skills_magic.skills.catalog import Source
 from skills_magic.safety.gate import unattended
 from skills_magic.session import SkillsSession
-from skillfiles import make_skill
+from notebook_setup import registered_magics
+from skillfiles import script_skill
 
 AVAILABLE, WHY = sandbox.availability()
 pytestmark = [pytest.mark.needs_sandbox,
@@ -40,16 +42,9 @@ FETCH = """
 """
 
 
-class Page(http.server.BaseHTTPRequestHandler):
+class Page(QuietHandler):
     def do_GET(self):
-        body = b"the web api answered"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.reply(b"the web api answered")
 
 
 @pytest.fixture
@@ -70,10 +65,7 @@ def place(tmp_path, monkeypatch):
 
 
 def session_with(place: Path) -> SkillsSession:
-    folder = place / "skills" / "x"
-    make_skill(folder, name="x")
-    (folder / "scripts").mkdir(exist_ok=True)
-    (folder / "scripts" / "fetch.py").write_text(textwrap.dedent(FETCH), encoding="utf-8")
+    script_skill(place / "skills", "fetch.py", textwrap.dedent(FETCH))
     return SkillsSession(sources=[Source("session", str(place / "skills"), True)], cwd=str(place))
 
 
@@ -142,17 +134,11 @@ def test_a_trusted_project_file_may_name_hosts_but_not_grant_the_whole_network(p
 
 
 def test_policy_and_the_magic_show_the_hosts(place, ip):
-    from skills_magic.notebook.magics import SkillsMagics, unregister
-
     session_with(place)
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    try:
+    with registered_magics(ip):
         ip.run_line_magic("skills", f"add {place / 'skills'}")
         ip.run_line_magic("skills", "allow x:scripts/* --network pypi.org,*.crossref.org")
         text = ip.run_line_magic("skills", "policy").text()
-    finally:
-        unregister(ip)
     assert "allow x:scripts/* (network: pypi.org,*.crossref.org)  [%skills allow]" in text
 
 

@@ -11,11 +11,11 @@ import yaml
 from IPython.core.error import StdinNotImplementedError, UsageError
 from traitlets.config import Config
 
+from notebook_setup import no_input, registered_magics
 from skillfiles import make_skill, write_file
 from skills_magic.skills.catalog import Source
 from skills_magic.notebook.views import AuditView, PolicyView, ReviewView
 from skills_magic.safety.gate import PermissionRequest
-from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.safety.manifest import LOCK_HEADER
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.session import SkillsSession
@@ -50,28 +50,14 @@ def place(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def make_magics(ip, config: Config | None = None) -> SkillsMagics:
-    instance = SkillsMagics(shell=ip, config=config) if config is not None else SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    return instance
-
-
 @pytest.fixture
 def magics(ip, place):
-    instance = make_magics(ip)
-    yield instance
-    unregister(ip)
+    with registered_magics(ip) as instance:
+        yield instance
 
 
 def skills(ip, line: str):
     return ip.run_line_magic("skills", line)
-
-
-def no_input(monkeypatch, error=EOFError):
-    def refuse(prompt=""):
-        raise error
-
-    monkeypatch.setattr(builtins, "input", refuse)
 
 
 def model_run(ip, magics, path="scripts/run.py"):
@@ -158,11 +144,8 @@ def test_ipython_config_rules_may_use_a_wildcard_skill(ip, place):
     config = Config()
     config.SkillsMagics.allow = ["*:scripts/*"]
     config.SkillsMagics.deny = ["x:scripts/env.py"]
-    make_magics(ip, config)
-    try:
+    with registered_magics(ip, config):
         data = skills(ip, "policy").data()
-    finally:
-        unregister(ip)
     assert data["rules"] == [
         {"kind": "deny", "rule": "x:scripts/env.py", "origin": "IPython config", "env": []},
         {"kind": "allow", "rule": "*:scripts/*", "origin": "IPython config", "env": []},
@@ -172,12 +155,9 @@ def test_ipython_config_rules_may_use_a_wildcard_skill(ip, place):
 
 def test_a_wildcard_skill_from_skills_policy_yaml_is_refused_and_shown(ip, place):
     (place / "skills-policy.yaml").write_text("allow:\n  - '*:scripts/*'\n  - x:scripts/run.py\n", encoding="utf-8")
-    make_magics(ip)
-    try:
+    with registered_magics(ip):
         skills(ip, "trust")  # even trusted, a project's file names its skills
         view = skills(ip, "policy")
-    finally:
-        unregister(ip)
     data = view.data()
     assert data["rules"] == [{"kind": "allow", "rule": "x:scripts/run.py", "origin": "skills-policy.yaml", "env": []}]
     problem, = data["problems"]

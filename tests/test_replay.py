@@ -15,9 +15,10 @@ import pytest
 from IPython.core.error import UsageError
 
 from fake_anthropic import FakeMessagesAPI, forget_machine_setup, text_message, tool_message, usage
-from skillfiles import make_skill
+from notebook_setup import register_magics, registered_magics
+from skillfiles import tea_notes_skill
 from skills_magic.skills.catalog import Source
-from skills_magic.notebook.magics import SkillsMagics, unregister
+from skills_magic.notebook.magics import unregister
 from skills_magic.models.anthropic import DEFAULT_MODEL, AnthropicModel
 from skills_magic.models.replay import CASSETTE_VERSION, RecordingModel, ReplayMismatch, ReplayModel
 from skills_magic.models.scripted import ScriptedModel
@@ -48,10 +49,7 @@ def environment(monkeypatch, tmp_path):
 @pytest.fixture
 def project(tmp_path) -> Path:
     """tmp_path with the tea-notes skill in its `skills/` folder (a project source)."""
-    folder = tmp_path / "skills" / "tea-notes"
-    make_skill(folder, name="tea-notes", description="Writes tasting notes for a tea. Use when asked about tea.", body=BODY)
-    (folder / "references").mkdir()
-    (folder / "references" / "style.md").write_text(STYLE, encoding="utf-8")
+    tea_notes_skill(tmp_path / "skills" / "tea-notes", BODY, STYLE)
     return tmp_path
 
 
@@ -363,10 +361,8 @@ def test_replaying_a_missing_cassette_names_it(project):
 def magics(ip, project, monkeypatch):
     """A fresh `SkillsMagics` rooted at the project (only its `skills/` folder searched)."""
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "project")
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    yield instance
-    unregister(ip)
+    with registered_magics(ip) as instance:
+        yield instance
 
 
 def write_turns(project: Path, turns) -> str:
@@ -393,8 +389,7 @@ def test_record_then_replay_through_the_magic_round_trips(ip, magics, project, m
 
     # a new kernel: a fresh session (another session id), no model chosen, no network
     no_network(monkeypatch)
-    fresh = SkillsMagics(shell=ip)
-    ip.register_magics(fresh)
+    fresh = register_magics(ip)
     assert fresh.session.session_id != first_id and fresh.session.model_client is None
     replayed = ip.run_cell_magic("skill", "run --replay tea.json", TASK + "\n")
 

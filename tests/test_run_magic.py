@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
+from notebook_setup import notebook_folder, registered_magics
 
 from skills_magic.notebook.views import RunView
-from skills_magic.notebook.magics import SkillsMagics, unregister
 
 RUN_MIME = "application/vnd.skills-magic.run+json"
 TURNS = """turns:
@@ -27,15 +27,10 @@ TURNS = """turns:
 
 @pytest.fixture
 def magics(ip, tmp_path, monkeypatch):
-    monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "bundled")
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.delenv("SKILLS_MAGIC_MODEL", raising=False)
-    monkeypatch.chdir(tmp_path)
+    notebook_folder(monkeypatch, tmp_path, db=None, lock=None, sources="bundled")
     (tmp_path / "turns.yaml").write_text(TURNS, encoding="utf-8")
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    yield instance
-    unregister(ip)
+    with registered_magics(ip) as instance:
+        yield instance
 
 
 def run(ip, line: str, cell: str = "Profile data.csv") -> RunView:

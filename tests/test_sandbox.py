@@ -14,7 +14,8 @@ from skills_magic.safety import sandbox
 from skills_magic.skills.catalog import Source
 from skills_magic.safety.gate import unattended
 from skills_magic.session import SkillsSession
-from skillfiles import make_skill
+from notebook_setup import registered_magics
+from skillfiles import script_skill
 
 AVAILABLE, WHY = sandbox.availability()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"no bubblewrap sandbox here: {WHY}")
@@ -31,10 +32,7 @@ def place(tmp_path, monkeypatch):
 
 
 def skill_with(place: Path, script: str, body: str) -> SkillsSession:
-    folder = place / "skills" / "x"
-    make_skill(folder, name="x")
-    (folder / "scripts").mkdir(exist_ok=True)
-    (folder / "scripts" / script).write_text(body, encoding="utf-8")
+    script_skill(place / "skills", script, body)
     return SkillsSession(sources=[Source("session", str(place / "skills"), True)], cwd=str(place))
 
 
@@ -217,24 +215,16 @@ def test_a_policy_file_cannot_allow_unsandboxed_runs(place):
 
 
 def test_policy_shows_the_sandbox_mode_and_the_grants(place, ip):
-    from skills_magic.notebook.magics import SkillsMagics, unregister
-
     skill_with(place, "hi.py", "print('hi')\n")
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    try:
+    with registered_magics(ip):
         ip.run_line_magic("skills", f"add {place / 'skills'}")
         ip.run_line_magic("skills", f"allow x:scripts/* --network --write {place}")
         text = ip.run_line_magic("skills", "policy").text()
-    finally:
-        unregister(ip)
     assert "sandbox: bubblewrap" in text and "network" in text and f"write: {place}" in text
 
 
 @pytest.mark.sandbox_fallback
 def test_without_overlayfs_the_working_folder_is_read_only_and_policy_and_the_hint_say_how_to_enable_it(place, monkeypatch, ip):
-    from skills_magic.notebook.magics import SkillsMagics, unregister
-
     reason = ("read-only in runs: no overlayfs in a user namespace here (mount: permission denied); a Linux kernel "
               "5.11 or newer with unprivileged overlayfs makes it copy-on-write")
     monkeypatch.setattr(sandbox, "overlay_availability", lambda: (False, reason))
@@ -242,13 +232,9 @@ def test_without_overlayfs_the_working_folder_is_read_only_and_policy_and_the_hi
     session.add_rule("allow", "x:scripts/*")
     result = run(session, "write.py", str(place / "result.txt")).run
     assert result.stdout.startswith("refused:") and not (place / "result.txt").exists() and result.working_folder is None
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    try:
+    with registered_magics(ip):
         ip.run_line_magic("skills", f"add {place / 'skills'}")
         text = ip.run_line_magic("skills", "policy").text()
-    finally:
-        unregister(ip)
     assert f"working folder: {reason}" in text
     failing = skill_with(place, "crash.py", "open('result.txt', 'w').write('x')\n")
     failing.add_rule("allow", "x:scripts/*")
@@ -262,10 +248,7 @@ def test_a_notebook_inside_its_skills_folder_still_runs_from_the_private_copy_an
     """Prototyping a skill with the notebook in its own folder: the copy must not hide the working folder."""
     from skills_magic.safety.sandbox import overlay_availability
 
-    folder = tmp_path / "x"
-    make_skill(folder, name="x")
-    (folder / "scripts").mkdir()
-    (folder / "scripts" / "out.py").write_text("import os\nopen('result.txt', 'w').write('x')\nprint(os.getcwd())\n")
+    folder = script_skill(tmp_path, "out.py", "import os\nopen('result.txt', 'w').write('x')\nprint(os.getcwd())\n")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(folder)
     session = SkillsSession(sources=[Source("session", str(folder), True)], cwd=str(folder))

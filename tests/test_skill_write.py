@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
+from notebook_setup import notebook_folder, registered_magics
 
 from skills_magic.notebook.views import WrittenView
-from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.session import WRITE_FOLDER
 
 WRITTEN_MIME = "application/vnd.skills-magic.written+json"
@@ -52,14 +52,9 @@ Report the shape, the column types and the missing values.
 
 @pytest.fixture
 def magics(ip, tmp_path, monkeypatch):
-    monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "bundled")
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "skills.sqlite"))
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.chdir(tmp_path)
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    yield instance
-    unregister(ip)
+    notebook_folder(monkeypatch, tmp_path, db="skills.sqlite", lock=None, sources="bundled")
+    with registered_magics(ip) as instance:
+        yield instance
 
 
 def write(ip, line: str, cell: str) -> WrittenView:
@@ -226,16 +221,10 @@ def test_a_dir_that_is_a_file_is_a_usage_error(ip, magics, tmp_path):
 
 
 def test_a_folder_that_is_both_a_session_and_a_project_source_counts_its_skill_once_per_source(ip, tmp_path, monkeypatch):
-    from skills_magic.notebook.magics import SkillsMagics, unregister
-
     monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "project")
     monkeypatch.chdir(tmp_path)
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    try:
+    with registered_magics(ip):
         ip.run_cell_magic("skill", "write only-one --dir skills",
                           "---\nname: only-one\ndescription: Does one thing. Use when testing source counts.\n---\nbody\n")
         rows = {(r["label"], r["folder"]): r["skills"] for r in ip.run_line_magic("skills", "sources").data()["sources"]}
-    finally:
-        unregister(ip)
     assert rows[("session", "skills")] == 1 and rows[("project", "skills")] == 1

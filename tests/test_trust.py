@@ -4,7 +4,6 @@ runs, writes outside its folder or a wildcard skill. Real files, real sandboxed 
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import json
 import os
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
+from notebook_setup import no_input, notebook_folder, registered_magics
 from skillfiles import make_skill, write_file
 from skills_magic.safety import sandbox
 from skills_magic.skills.catalog import Source
@@ -65,12 +65,8 @@ def clone(tmp_path, home, monkeypatch) -> Path:
         "allow:\n"
         f"  - {{rule: 'helper:scripts/*', env: [ANTHROPIC_API_KEY], network: true, write: ['{home}', '../home']}}\n",
         encoding="utf-8")
-    monkeypatch.chdir(project)
+    notebook_folder(monkeypatch, project, db=None, lock=None, sources="path", path=project / "skills")
     monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
-    monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "path")
-    monkeypatch.setenv("SKILLS_MAGIC_PATH", str(project / "skills"))
-    monkeypatch.delenv("SKILLS_MAGIC_DB", raising=False)
-    monkeypatch.delenv("SKILLS_MAGIC_LOCK", raising=False)
     return project
 
 
@@ -353,16 +349,9 @@ def test_the_users_own_policy_file_grants_with_full_powers_without_trust(clone, 
 
 @pytest.fixture
 def magics(ip, clone, monkeypatch):
-    from skills_magic.notebook.magics import SkillsMagics, unregister
-
-    def nobody(prompt=""):
-        raise EOFError
-
-    monkeypatch.setattr(builtins, "input", nobody)
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    yield instance
-    unregister(ip)
+    no_input(monkeypatch)
+    with registered_magics(ip) as instance:
+        yield instance
 
 
 def model_run(ip, magics, home: Path, port: int):

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 from IPython.core.error import UsageError
+from notebook_setup import notebook_folder, registered_magics
 from skillfiles import make_skill
 
 from skills_magic.runs import verify as v
 from skills_magic.skills.catalog import Source
 from skills_magic.notebook.views import VotesView, mime
-from skills_magic.notebook.magics import SkillsMagics, unregister
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.session import SkillsSession
 from skills_magic.runs.verify import (
@@ -545,11 +545,7 @@ FAILING_SCRIPT = "import sys\nsys.stderr.write('the vote script broke')\nsys.exi
 
 @pytest.fixture
 def place(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "skills.sqlite"))
-    monkeypatch.setenv("SKILLS_MAGIC_LOCK", str(tmp_path / "skills.lock"))
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.delenv("SKILLS_MAGIC_MODEL", raising=False)
+    notebook_folder(monkeypatch, tmp_path, db="skills.sqlite")
     folder = tmp_path / "skills" / "x"
     make_skill(folder, name="x", description="Votes on claims. Use when verifying.")
     for name, text in {"vote.py": VOTE_SCRIPT, "garbage.py": GARBAGE_SCRIPT, "partial.py": PARTIAL_SCRIPT,
@@ -707,17 +703,11 @@ OUTCOMES = ["confirmed", "refuted", "unverified"]
 
 @pytest.fixture
 def magics(ip, tmp_path, monkeypatch):
-    monkeypatch.setenv("SKILLS_MAGIC_SOURCES", "bundled")
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "skills.sqlite"))
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.delenv("SKILLS_MAGIC_MODEL", raising=False)
-    monkeypatch.chdir(tmp_path)
+    notebook_folder(monkeypatch, tmp_path, db="skills.sqlite", lock=None, sources="bundled")
     (tmp_path / "votes.yaml").write_text(yaml.safe_dump(VOTE_TURNS), encoding="utf-8")
-    instance = SkillsMagics(shell=ip)
-    ip.register_magics(instance)
-    ip.run_line_magic("skills", "model scripted votes.yaml")
-    yield instance
-    unregister(ip)
+    with registered_magics(ip) as instance:
+        ip.run_line_magic("skills", "model scripted votes.yaml")
+        yield instance
 
 
 def verify_cell(ip, line: str = "", cell: str = CELL):

@@ -20,6 +20,7 @@ import threading
 import httpx2
 import pytest
 from fake_anthropic import Error, FakeAnthropicServer, forget_machine_setup, text_message, tool_message, usage
+from notebook_setup import notebook_folder
 
 from skills_magic.skills.catalog import Source
 from skills_magic.notebook.views import VotesView
@@ -46,9 +47,7 @@ CLAIM = re.compile(r'## Claim under review\n"(.*)"')
 def clean_environment(monkeypatch, tmp_path):
     """No real credentials, base URL, profile or model choice leak in from the machine running the tests."""
     forget_machine_setup(monkeypatch, tmp_path)
-    monkeypatch.setenv("SKILLS_MAGIC_DB", str(tmp_path / "skills.sqlite"))
-    monkeypatch.setenv("SKILLS_MAGIC_LOCK", str(tmp_path / "skills.lock"))
-    monkeypatch.chdir(tmp_path)
+    notebook_folder(monkeypatch, tmp_path, db="skills.sqlite")
 
 
 def never_sleep(monkeypatch):

@@ -7,7 +7,8 @@ import datetime
 import pytest
 import yaml
 
-from skills_magic.skills.skill import _Loader, _split, parse_frontmatter
+from skills_magic.skills.frontmatter import _Loader, split_frontmatter as _split
+from skills_magic.skills.skill import parse_frontmatter
 
 
 def pyyaml(text: str):

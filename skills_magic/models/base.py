@@ -6,8 +6,9 @@ scripted model be a list of turns. `on_text` receives text as it arrives when th
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from skills_magic.errors import SkillsMagicError
 
@@ -25,10 +26,43 @@ class ModelClient(Protocol):
     supports_batches: bool = False  # Message Batches (`skills_magic.models.batch`): needs `client()` and `api_key`
     source: str | None = None  # where the answers come from (a turns file, a cassette): `%skills model` shows it
     placeholders: dict[str, str] | None = None  # a cassette's: values written as placeholders (the session id, run ids)
+    recorded_model: str | None = None  # a cassette's: the model id its exchanges were recorded with
 
     def create(self, request: Request, on_text: TextCallback | None = None) -> Response: ...
 
     async def acreate(self, request: Request) -> Response: ...
+
+    def for_new_loop(self) -> ModelClient:
+        """The same client for another event loop (an async SDK client belongs to the loop that first used it)."""
+        return self
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the protocol says a client can do or holds beyond `create`, with a plain client's defaults filled in."""
+
+    supports_batches: bool = False
+    source: str | None = None
+    placeholders: dict[str, str] | None = None
+    recorded_model: str | None = None
+
+
+def capabilities(client: ModelClient) -> Capabilities:
+    """The one place a client's optional protocol attributes are read: a duck-typed client (a test's, a user's) may
+    leave any of them out, and then has the protocol's default."""
+    defaults = Capabilities()
+    return Capabilities(**{name: getattr(client, name, getattr(defaults, name)) for name in defaults.__dataclass_fields__})
+
+
+def client_name(client: Any) -> str:
+    """`client.name`, or for an object that is no model client at all (a caller's mistake) its type's name."""
+    return getattr(client, "name", type(client).__name__)
+
+
+def for_new_loop(client: ModelClient) -> ModelClient:
+    """`client.for_new_loop()`, or the client itself where it does not declare one (it then has no async state)."""
+    fresh = getattr(client, "for_new_loop", None)
+    return fresh() if fresh is not None else client
 
 
 class ModelError(SkillsMagicError):

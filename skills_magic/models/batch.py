@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from skills_magic.errors import InvalidArgument
-from skills_magic.models.base import ModelError
+from skills_magic.models.base import ModelError, capabilities, client_name
 
 if TYPE_CHECKING:
     from skills_magic.models.anthropic import AnthropicModel
@@ -62,13 +62,14 @@ def run_batch(model: AnthropicModel, requests: Mapping[str, Mapping[str, Any]], 
     `batch_id` (one id or several) resumes batches made earlier for the same requests: nothing is created for them.
     `on_progress` gets a dict per retrieve: batch_id, batch_ids (all so far), round (1, or 2 for the retry),
     processing_status and the request counts (processing, succeeded, errored, canceled, expired).
-    Before any HTTP call: ValueError for a bad custom_id or a streaming request, TypeError for params that are not a
-    dict or a model that is not an AnthropicModel. ModelError when the API fails (with `.batch_ids` to resume).
+    Before any HTTP call: InvalidArgument (a ValueError) for a bad custom_id or a streaming request, TypeError for
+    params that are not a dict or a model that is not an AnthropicModel. ModelError when the API fails (with
+    `.batch_ids` to resume).
     """
     prepared = _prepare(model, requests)
     resumed = _batch_ids(batch_id)
     if resumed and not prepared:
-        raise ValueError("resuming a batch needs the requests it was made from, to match its results by custom_id")
+        raise InvalidArgument("resuming a batch needs the requests it was made from, to match its results by custom_id")
     run = _Run(model, poll_seconds, on_progress, sleep)
     if not prepared:
         return BatchOutcome([], {}, {})
@@ -91,25 +92,24 @@ def run_batch(model: AnthropicModel, requests: Mapping[str, Mapping[str, Any]], 
 
 
 def _prepare(model: Any, requests: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    if not getattr(model, "supports_batches", False):  # the protocol's default: a duck-typed client may omit it
-        name = getattr(model, "name", type(model).__name__)
+    if not capabilities(model).supports_batches:
         raise TypeError(f"Message Batches go through the Anthropic API: run_batch needs an AnthropicModel, "
-                        f"not {name!r}")
+                        f"not {client_name(model)!r}")
     if not isinstance(requests, Mapping):
         raise TypeError(f"the batch requests must be a dict of custom_id -> params, not {type(requests).__name__}")
     bad = [cid for cid in requests if not isinstance(cid, str) or not CUSTOM_ID.fullmatch(cid)]
     if bad:
         shown = ", ".join(repr(cid) for cid in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        raise ValueError(f"invalid batch custom_id {shown}: a custom_id is 1 to 64 letters, digits, '_' or '-'")
+        raise InvalidArgument(f"invalid batch custom_id {shown}: a custom_id is 1 to 64 letters, digits, '_' or '-'")
     prepared: dict[str, dict[str, Any]] = {}
     for cid, params in requests.items():
         if not isinstance(params, Mapping):
             raise TypeError(f"the params of batch request {cid!r} must be a dict of Messages API fields, "
                              f"not {type(params).__name__}")
         if params.get("stream"):
-            raise ValueError(f"batch request {cid!r} asks to stream: a batch request cannot stream")
+            raise InvalidArgument(f"batch request {cid!r} asks to stream: a batch request cannot stream")
         prepared[cid] = dict(params)
-        if "model" not in prepared[cid] and getattr(model, "model", None):  # the model run_batch was given
+        if "model" not in prepared[cid] and model.model:  # the model run_batch was given
             prepared[cid] = {"model": model.model, **prepared[cid]}
     return prepared
 

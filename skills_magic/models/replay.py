@@ -2,7 +2,7 @@
 
 A cassette is a JSON file: {"version": 1, "model": ..., "exchanges": [{"request": ..., "response": ...}]}. Nothing
 secret is written: requests are bodies (the key travels in a header and is never seen here), every string is masked
-by `skills_magic.safety.redact` (a secret environment variable's value becomes `[redacted:NAME]`; a URL's password, a
+by `skills_magic.redact` (a secret environment variable's value becomes `[redacted:NAME]`; a URL's password, a
 webhook URL or a token such as `sk-ant-...` in a tool result becomes `***`). Values that change on every run
 (the session id a skill body may contain) are written as placeholders. Replay compares each request with the
 recorded one and fails with a readable diff when they differ, never silently serving a mismatched answer.
@@ -50,7 +50,7 @@ class _Placeholders:
 
     def _normalize(self, value: Any) -> Any:
         """Masked (the same way when recording and when comparing a replayed request), then placeholders."""
-        from skills_magic.safety.redact import redactor
+        from skills_magic.redact import redactor
 
         return _replace_strings(redactor(label=SECRET_LABEL).mask_data(value), self.placeholders)
 
@@ -118,7 +118,8 @@ class ReplayModel(_Placeholders):
             isinstance(e, dict) and isinstance(e.get("request"), dict) and isinstance(e.get("response"), dict) for e in exchanges
         ):
             raise not_a_cassette
-        self.model = cassette.get("model")
+        self.recorded_model = cassette.get("model")  # the model id the recorded requests carry
+        self.model = self.recorded_model  # what the session read before `recorded_model` (kept for older callers)
         self.exchanges: list[dict[str, Any]] = exchanges
         self.position = 0
 

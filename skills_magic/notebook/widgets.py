@@ -1,4 +1,5 @@
-"""Live outputs built on ipywidgets (imported only here): a background run with Allow/Deny permission prompts.
+"""Live outputs built on ipywidgets (imported only here): a background run with Allow/Deny permission prompts, the
+live vote board of a verification, and the progress bar of an eval.
 
 A cell that is still executing cannot receive a button click (the kernel handles one message at a time, and
 jupyter-ui-poll does not work on ipykernel 7), so a run that may ask runs in a worker thread: the cell returns at
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import html
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
 
-from skills_magic.safety.gate import Answer, PermissionRequest
+from skills_magic.safety.requests import Answer, PermissionRequest
 
 PROMPT_TIMEOUT_SECONDS = 300.0  # an unanswered prompt denies after five minutes; the run goes on without the script
 
@@ -82,7 +84,7 @@ class BackgroundRun:
         return answer
 
     def _work(self) -> None:
-        from skills_magic.notebook.views import RunView
+        from skills_magic.notebook.views.runs import RunView
 
         try:
             self.result = self.session.run(self.task, self.name, self.arguments, asker=self.ask, **self.options)
@@ -112,7 +114,7 @@ class VoteBoard:
         self._lock = threading.Lock()
 
     def _render(self, summary: str) -> str:
-        from skills_magic.notebook.views import votes_table_html
+        from skills_magic.notebook.views.votes import votes_table_html
 
         return votes_table_html(self.claims, self.votes_per_claim, summary)
 
@@ -134,3 +136,17 @@ class VoteBoard:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return self.html._repr_mimebundle_(include=include, exclude=exclude)
+
+
+def eval_progress(description: str = "eval") -> Callable[[int, int], None]:
+    """Shows a progress bar now and returns the `on_progress(done, total)` that moves it (runs done of all)."""
+    from IPython.display import display as show
+
+    bar = widgets.IntProgress(value=0, min=0, max=1, description=description)
+    show(bar)
+
+    def progress(done: int, total: int) -> None:
+        bar.max, bar.value = total, done
+        bar.description = f"{done}/{total}"
+
+    return progress

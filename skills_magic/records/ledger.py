@@ -35,7 +35,7 @@ class LedgerError(SkillsMagicError):
 
 
 class BadPlan(LedgerError):
-    pass
+    """A plan name that is not a slug of lowercase letters, digits, `.`, `-` or `_`."""
 
 
 class EmptyText(LedgerError):
@@ -43,31 +43,31 @@ class EmptyText(LedgerError):
 
 
 class UnknownHypothesis(LedgerError):
-    pass
+    """A prediction naming no hypothesis, or one the plan does not have."""
 
 
 class UnknownPrediction(LedgerError):
-    pass
+    """A verdict or skip naming a prediction the plan does not have."""
 
 
 class FalsifierRequired(LedgerError):
-    pass
+    """A prediction without the exact check that would refute it."""
 
 
 class EvidenceRequired(LedgerError):
-    pass
+    """A confirmed or refuted verdict without the evidence observed."""
 
 
 class UnknownOutcome(LedgerError):
-    pass
+    """A verdict that is not confirmed, refuted or inconclusive."""
 
 
 class PredictionAlreadyJudged(LedgerError):
-    pass
+    """A second verdict or skip for a prediction that already has one."""
 
 
 class NoPlan(LedgerError):
-    pass
+    """A ledger command before any plan was chosen with `%ledger use`."""
 
 
 class OpenPredictions(LedgerError):

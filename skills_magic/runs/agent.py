@@ -1,7 +1,7 @@
 """The agent loop: a model that sees only the catalog until it activates a skill, and reads files only when needed.
 
 The system prompt is short instructions plus the `<available_skills>` catalog (model-visible skills, under the
-budget, no locations), marked for prompt caching and byte-identical for the same catalog. Tools:
+budget, no locations), marked for prompt caching and byte-identical for the same catalog. Tools (`runs.tools`):
 `activate_skill(name)`, `read_skill_resource(skill, path)`, `run_skill_script(skill, path, args, stdin)`. Every
 disclosure is a row of the load trace: discover, activate, reference, execute, model call.
 
@@ -14,24 +14,23 @@ always be encoded.
 from __future__ import annotations
 
 import difflib
-import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from skills_magic.errors import DatabaseUnreadable
+from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, capabilities, usage_of
 from skills_magic.runs.disclosure import ResourceError, activation_text, deny_inline, read_resource
-from skills_magic.errors import DatabaseUnreadable, SkillsMagicError
+from skills_magic.runs.tools import (EXPERIMENT_ACTIONS, SHOWN_INPUT_CHARS, ToolInputError, clean, clean_text,
+                                     experiment_tool, input_problem, quoted, tool_definitions)
+# re-exported: its home before the split
+from skills_magic.runs.tools import MAX_INPUT_DEPTH, MAX_INPUT_STRING_CHARS, describe_input  # noqa: F401
 from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS, xml_listing
-from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, usage_of
 from skills_magic.skills.skill import Skill
 
 DEFAULT_MAX_TURNS = 20  # model calls per run; a loop that needs more is usually stuck
 DEFAULT_MAX_TOKENS = 4096  # per model call
-MAX_INPUT_STRING_CHARS = 1_000_000  # a model writes at most ~128k tokens (~500 KB) a turn: longer is not model text
-MAX_INPUT_DEPTH = 32  # the tools take flat objects; deeper nesting is garbage, refused before anything walks it
 MAX_PATH_CHARS = 4096  # Linux's PATH_MAX: a longer `path` names no file
-SHOWN_INPUT_CHARS = 80  # how much of a bad value an error result quotes back
 LAST_RESORT_CHARS = 300  # how much of an unexpected error's first line a tool result carries
 SYSTEM_INSTRUCTIONS = (
     "You can use Agent Skills: folders of instructions, scripts and references for specific tasks. The skills "
@@ -107,146 +106,6 @@ class RunResult:
 ScriptRunner = Callable[[Skill, str, Sequence[str], str], tuple[str, bool, TraceEvent]]
 LedgerTool = Callable[[dict[str, Any]], tuple[str, Any]]  # input -> (text for the model, the entry or None); raises on error
 
-EXPERIMENT_ACTIONS = ("hypothesis", "prediction", "verdict", "observation", "conclusion", "skip", "list")
-
-
-def experiment_tool(plan: str) -> dict[str, Any]:
-    return {
-        "name": "experiment",
-        "description": (
-            f"The experiment ledger of plan {plan}: append-only. Record a hypothesis; a prediction (text, the exact "
-            "check that would falsify it, and its hypothesis id); an observation; a verdict on a prediction "
-            "(confirmed / refuted need evidence; one verdict per prediction); a skip (a prediction dropped, with a "
-            "reason); a conclusion; or list the entries and open predictions."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "action": {"type": "string", "enum": list(EXPERIMENT_ACTIONS)},
-                "text": {"type": "string"},
-                "falsified_by": {"type": "string", "description": "the exact check that would refute the prediction"},
-                "hypothesis": {"type": "string", "description": "a hypothesis id such as H1"},
-                "prediction": {"type": "string", "description": "a prediction id such as P1"},
-                "outcome": {"type": "string", "enum": ["confirmed", "refuted", "inconclusive"]},
-                "evidence": {"type": "string"},
-                "reason": {"type": "string"},
-            },
-            "required": ["action"],
-        },
-    }
-
-
-def tool_definitions(names: Sequence[str]) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": "activate_skill",
-            "description": "Load a skill's full instructions (and the list of its files) into the conversation.",
-            "input_schema": {
-                "type": "object",
-                "properties": {"name": {"type": "string", "enum": list(names), "description": "the skill's name"}},
-                "required": ["name"],
-            },
-        },
-        {
-            "name": "read_skill_resource",
-            "description": "Read one text file of a skill, by its path relative to the skill's folder.",
-            "input_schema": {
-                "type": "object",
-                "properties": {"skill": {"type": "string"}, "path": {"type": "string"}},
-                "required": ["skill", "path"],
-            },
-        },
-        {
-            "name": "run_skill_script",
-            "description": "Run one of a skill's scripts (subject to the user's permission policy).",
-            "input_schema": {
-                "type": "object",
-                "properties": {
-                    "skill": {"type": "string"},
-                    "path": {"type": "string", "description": "relative to the skill's folder, e.g. scripts/check.py"},
-                    "args": {"type": "array", "items": {"type": "string"}},
-                    "stdin": {"type": "string"},
-                },
-                "required": ["skill", "path"],
-            },
-        },
-    ]
-
-
-class ToolInputError(SkillsMagicError):
-    """A tool call whose input does not fit the tool; answered with `is_error`, the run goes on."""
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def clean_text(text: str) -> str:
-    """The text with each lone surrogate (which UTF-8 cannot encode) replaced by U+FFFD."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text)
-    return text
-
-
-def clean(value: Any) -> Any:
-    """A copy of a JSON-like value with every string `clean_text`ed; iterative, so any depth is safe."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if not isinstance(value, (dict, list)):
-        return value
-    top: Any = {} if isinstance(value, dict) else [None] * len(value)
-    pending = [(value, top)]
-    while pending:
-        source, target = pending.pop()
-        for key, item in (source.items() if isinstance(source, dict) else enumerate(source)):
-            if isinstance(item, (dict, list)):
-                copied: Any = {} if isinstance(item, dict) else [None] * len(item)
-                pending.append((item, copied))
-            else:
-                copied = clean_text(item) if isinstance(item, str) else item
-            target[clean_text(key) if isinstance(key, str) else key] = copied
-    return top
-
-
-def _shown(value: Any) -> str:
-    """A bad value quoted back to the model: its repr, cut short (a 10 MB name is not echoed)."""
-    text = repr(value)
-    return text if len(text) <= SHOWN_INPUT_CHARS else text[: SHOWN_INPUT_CHARS - 1] + "…"
-
-
-def _where(path: tuple[Any, ...]) -> str:
-    """`args[1]`, `metadata.key`, or "the input": where in a tool input a bad value is."""
-    if not path:
-        return "the input"
-    text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path).lstrip(".")
-    return f"`{text if len(text) <= SHOWN_INPUT_CHARS else text[: SHOWN_INPUT_CHARS - 1] + '…'}`"
-
-
-def _input_problem(data: Any) -> str | None:
-    """Why a tool input cannot be used whatever the tool (a NUL, a lone surrogate, a huge string, deep nesting),
-    and where it is."""
-    pending: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
-    while pending:
-        value, path = pending.pop()
-        if isinstance(value, str):
-            where = _where(path)
-            if len(value) > MAX_INPUT_STRING_CHARS:
-                return f"{where} has {len(value):,} characters, more than the {MAX_INPUT_STRING_CHARS:,} a tool input may hold"
-            if "\x00" in value:
-                return f"{where} contains a NUL character (\\u0000), which no tool input may contain"
-            if clean_text(value) is not value:
-                return f"{where} contains a lone surrogate (such as \\ud800), which is not valid Unicode text"
-        elif isinstance(value, (dict, list)):
-            if len(path) >= MAX_INPUT_DEPTH:
-                return f"the input is nested more than {MAX_INPUT_DEPTH} levels deep"
-            if isinstance(value, dict):
-                for key, item in value.items():
-                    pending += [(key, (*path, "<a key>")), (item, (*path, clean_text(str(key))))]
-            else:
-                pending += [(item, (*path, index)) for index, item in enumerate(value)]
-    return None
-
 
 def _text_of(content: list[dict[str, Any]]) -> str:
     return "".join(str(block.get("text", "")) for block in content if isinstance(block, dict) and block.get("type") == "text")
@@ -281,7 +140,7 @@ class Agent:
         self.ledger = ledger
         if ledger is not None:
             self.tools.append(experiment_tool(ledger[0]))
-        placeholders = getattr(model, "placeholders", None)  # declared by the protocol; a duck-typed client may omit it
+        placeholders = capabilities(model).placeholders
         if isinstance(placeholders, dict) and session_id:
             placeholders[session_id] = "${CLAUDE_SESSION_ID}"
 
@@ -295,7 +154,7 @@ class Agent:
             # names are at most 64 characters: a long value is compared by its start only (difflib is quadratic)
             close = difflib.get_close_matches(value[:SHOWN_INPUT_CHARS], list(self.visible), n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ToolInputError(f"no skill named {_shown(value)} is available{hint}")
+            raise ToolInputError(f"no skill named {quoted(value)} is available{hint}")
         return found
 
     def _activate(self, skill: Skill, arguments: Sequence[str], result: RunResult) -> str:
@@ -311,7 +170,7 @@ class Agent:
         try:
             if not isinstance(data, dict):
                 raise ToolInputError(f"the input of {name} must be a JSON object")
-            problem = _input_problem(data)
+            problem = input_problem(data)
             if problem is not None:
                 raise ToolInputError(f"the input of {name} cannot be used: {problem}")
             content = self._dispatch(name, data, arguments, result)
@@ -374,7 +233,7 @@ class Agent:
             if entry is not None:
                 result.ledger_entries.append(entry)
         else:
-            raise ToolInputError(f"there is no tool named {_shown(name)}")
+            raise ToolInputError(f"there is no tool named {quoted(name)}")
         return content
 
     @staticmethod
@@ -483,8 +342,3 @@ class Agent:
             elif stop != "end_turn":
                 result.note = f"stopped for an unknown reason {stop!r}"
             return
-
-
-def describe_input(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 1] + "…"

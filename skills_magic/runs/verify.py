@@ -227,7 +227,7 @@ class ScriptVoter(Voter):
 
 
 class _Abstain(Exception):
-    pass
+    """A seat that gave no usable verdict: its vote counts as an abstention, with this reason."""
 
 
 async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_claim: int = VOTES_PER_CLAIM,

@@ -17,9 +17,9 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from skills_magic.errors import SkillsMagicError
+from skills_magic.safety.sandbox import Box, explain_stop, outputs
 
 DEFAULT_TIMEOUT_SECONDS = 60.0  # a helper script that runs longer is stuck, not thorough
 LIMIT_CHECK_SECONDS = 0.02  # how often a sandboxed run's process count is checked against its limit
@@ -84,7 +84,7 @@ def clean_environment(environ: Mapping[str, str] | None = None, granted: Sequenc
 
     An allowlisted variable is still dropped when its name or value looks like a credential (SKILLS_MAGIC_TOKEN, a
     proxy URL with a password); a granted one passes as it is: the user asked for it by name."""
-    from skills_magic.safety.redact import is_secret_name, looks_like_credential
+    from skills_magic.redact import is_secret_name, looks_like_credential
 
     environ = os.environ if environ is None else environ
     return {
@@ -160,7 +160,7 @@ class _Capped:
 
 def run_script(folder: str, path: str, arguments: Sequence[str] = (), stdin: str = "",
                timeout: float = DEFAULT_TIMEOUT_SECONDS, environ: Mapping[str, str] | None = None,
-               granted_env: Sequence[str] = (), sandbox: Any = None, target: str | None = None,
+               granted_env: Sequence[str] = (), sandbox: Box | None = None, target: str | None = None,
                digest: str | None = None, import_root: str | None = None) -> ScriptRun:
     """Run `path` (relative to the skill folder) to completion or timeout, in `folder`; never through a shell.
     `target` and `digest`: the file that really runs (a private copy of the reviewed bytes) and the digest of those
@@ -181,9 +181,9 @@ def run_script(folder: str, path: str, arguments: Sequence[str] = (), stdin: str
 
 
 def run_command(command: list[str], folder: str, label: str, arguments: tuple[str, ...], stdin: str, timeout: float,
-                env: dict[str, str], digest: str, sandbox: Any = None) -> ScriptRun:
-    """Run argv to completion or timeout. With `sandbox` (a prepared `skills_magic.safety.sandbox.Box`), the argv runs
-    inside it, its process limit is watched, and a limit that ends the run is named in `stopped`."""
+                env: dict[str, str], digest: str, sandbox: Box | None = None) -> ScriptRun:
+    """Run argv to completion or timeout. With `sandbox` (a prepared `Box`), the argv runs inside it, its process
+    limit is watched, and a limit that ends the run is named in `stopped`."""
     data = stdin.encode("utf-8", "replace")  # a lone surrogate from Python is not a crash
     box = sandbox
     if box is not None:
@@ -238,8 +238,6 @@ def run_command(command: list[str], folder: str, label: str, arguments: tuple[st
     exit_code = None if timed_out else process.returncode
     scratch, files, run_folder, working_folder, refused_hosts = None, (), None, None, ()
     if box is not None:
-        from skills_magic.safety.sandbox import explain_stop, outputs
-
         if not stopped and not timed_out:
             reason = explain_stop(box, exit_code, stderr)
             if reason:
@@ -269,7 +267,7 @@ def run_command(command: list[str], folder: str, label: str, arguments: tuple[st
     )
 
 
-def _watch_limits(process: subprocess.Popen, box: Any, stopped: list[str]) -> threading.Event:
+def _watch_limits(process: subprocess.Popen, box: Box, stopped: list[str]) -> threading.Event:
     """Stop the run as soon as its process limit is hit (a fork bomb would otherwise spin until the timeout). The
     watcher never polls the process itself (a second waiter makes Popen.wait sleep in steps); set the returned
     event when the run is over."""
@@ -278,8 +276,6 @@ def _watch_limits(process: subprocess.Popen, box: Any, stopped: list[str]) -> th
     def watch() -> None:
         while not done.wait(LIMIT_CHECK_SECONDS):
             if box.processes_limit_hit():
-                from skills_magic.safety.sandbox import explain_stop
-
                 stopped.append(explain_stop(box, None, "") or "stopped: process limit reached")
                 _kill_inside(process, box)
                 return
@@ -296,7 +292,7 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _kill_inside(process: subprocess.Popen, box: Any) -> None:
+def _kill_inside(process: subprocess.Popen, box: Box | None) -> None:
     """In a sandbox, kill what runs inside the outer layer (so that the layer still copies the run's outputs out);
     without one, the whole process group."""
     if box is None:
@@ -309,7 +305,7 @@ def _kill_inside(process: subprocess.Popen, box: Any) -> None:
             pass
 
 
-def _stop(process: subprocess.Popen, box: Any) -> None:
+def _stop(process: subprocess.Popen, box: Box | None) -> None:
     """End a run now: what runs inside first, then (if the layer does not finish in time) the whole group."""
     _kill_inside(process, box)
     try:

@@ -16,11 +16,10 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from skills_magic.safety import execute, hints, sandbox
 from skills_magic.clock import utc_now
-from skills_magic.errors import SkillsMagicError
 from skills_magic.safety.execute import (
     ScriptError,
     ScriptRun,
@@ -29,55 +28,14 @@ from skills_magic.safety.execute import (
     run_command,
     run_script,
 )
+from skills_magic.safety.box.grants import Grants
 from skills_magic.safety.manifest import SKIPPED, Manifest, ManifestMismatch, PrivateCopy, digest
 from skills_magic.safety.policy import Policy, Rule, escape_pattern, pre_approval_hint
-from skills_magic.safety.redact import redactor
+from skills_magic.redact import redactor
+from skills_magic.safety.requests import Answer, Asker, PermissionRequest, Unattended, unattended  # noqa: F401  (re-exported)
 from skills_magic.skills.skill import Skill
 
 INLINE_TIMEOUT_SECONDS = 10.0  # an inline command fills in a line of instructions; it should be quick
-Answer = Literal["once", "always", "deny"]
-
-
-@dataclass(frozen=True)
-class PermissionRequest:
-    """What a person sees before deciding: never less than this."""
-
-    skill: str
-    path: str  # script path in the skill, or `!command`
-    digest: str | None
-    arguments: tuple[str, ...]
-    stdin_bytes: int
-    allowed_tools: Any  # the skill's own `allowed-tools`: a request, shown, never a grant
-
-    @property
-    def rule(self) -> str:
-        return f"{self.skill}:{self.path}"
-
-    def describe(self) -> str:
-        lines = [
-            f"skill {self.skill} wants to run {self.path}",
-            f"  sha256    {self.digest or '-'}",
-            f"  arguments {list(self.arguments)}",
-            f"  stdin     {self.stdin_bytes:,} bytes",
-        ]
-        ok, why = sandbox.availability()
-        lines.append(f"  sandbox   {'yes: ' + why if ok else 'NONE: ' + why}")
-        if self.allowed_tools:
-            lines.append(f"  the skill requests allowed-tools: {self.allowed_tools} (a request, not a grant)")
-        return "\n".join(lines)
-
-
-class Unattended(SkillsMagicError):
-    """Nobody can answer a prompt here (the kernel takes no input)."""
-
-
-def unattended(request: PermissionRequest) -> Answer:
-    raise Unattended("nobody can answer a permission prompt here (the kernel does not accept input)")
-
-
-Asker = Callable[[PermissionRequest], Answer]
-
-
 @dataclass(frozen=True)
 class Outcome:
     """What the gate did with one request: ran it (run), or refused it (error), and who decided."""
@@ -88,11 +46,28 @@ class Outcome:
     error: str | None = None
 
 
+def sandbox_line() -> str:
+    """What a run asked about now would be confined by, as the permission prompt shows it."""
+    ok, why = sandbox.availability()
+    return f"yes: {why}" if ok else f"NONE: {why}"
+
+
 def masked(run: ScriptRun) -> ScriptRun:
     """The run with credential-looking values masked in what it printed: everything downstream (tool results,
     cassettes, the audit, the cell) stores only this."""
     m = redactor()
     return dataclasses.replace(run, stdout=m.mask(run.stdout), stderr=m.mask(run.stderr))
+
+
+@dataclass(frozen=True)
+class SandboxDecision:
+    """Where an allowed run goes: into a prepared sandbox (`box`), unsandboxed (no box and no refusal: a rule the
+    user typed allows it), or nowhere (`refusal`: why, and the rule that would allow it)."""
+
+    box: sandbox.Box | None = None
+    refusal: str | None = None
+    folder: str = ""  # where the run starts: the working folder
+    skill_folder: str = ""  # a run from a private copy: the skill's folder as the process sees it ("" otherwise)
 
 
 def _copy_mount(copy: str, skill_folder: str, working: str) -> tuple[str, str]:
@@ -126,9 +101,9 @@ class Gate:
         # where scripts and inline commands run: the session's (the notebook's) folder, seen copy-on-write
         self.working_folder = os.path.realpath(working_folder) if working_folder else None
 
-    def _sandbox(self, skill: str, subject: str, folder: str, grants: sandbox.Grants,
-                 skill_copy: tuple[str, str] | None = None) -> tuple[Any, str | None]:
-        """(a prepared sandbox Box, None), or (None, None) for an allowed unsandboxed run, or (None, refusal)."""
+    def _sandbox(self, skill: str, subject: str, folder: str, grants: Grants,
+                 skill_copy: tuple[str, str] | None = None) -> SandboxDecision:
+        """A prepared sandbox for a run in `folder`, or no box for an allowed unsandboxed run, or a refusal."""
         ok, why = sandbox.availability()
         if ok:
             if self.scratch_cap is not None:
@@ -138,31 +113,32 @@ class Gate:
             with open(os.path.join(run, "run.json"), "w", encoding="utf-8") as handle:  # what apply checks against
                 json.dump({"started_ns": time.time_ns(), "working_folder": folder, "skill": skill, "subject": subject},
                           handle)
-            refusal = lambda host, port=None: hints.refused_host_line(skill, subject, grants.hosts, host, port)  # noqa: E731
-            return sandbox.prepare(folder, run, grants, protected=self.protected, skill_copy=skill_copy,
-                                   working=folder == self.working_folder, refusal=refusal), None
+            box = sandbox.prepare(folder, run, grants, protected=self.protected, skill_copy=skill_copy,
+                                  working=folder == self.working_folder,
+                                  refusal=hints.HostRefusal(skill, subject, grants.hosts))
+            return SandboxDecision(box, folder=folder)
         if grants.unsandboxed:
-            return None, None
+            return SandboxDecision(folder=folder)
         hint = pre_approval_hint(skill, subject).replace("%skills allow ", "")
-        return None, (f"refused: no sandbox can be made here ({why}); to run it without one anyway: "
-                      f"%skills allow {hint} --unsandboxed")
+        return SandboxDecision(refusal=(f"refused: no sandbox can be made here ({why}); to run it without one anyway: "
+                                        f"%skills allow {hint} --unsandboxed"), folder=folder)
 
-    def _copied_sandbox(self, skill: Skill, subject: str, grants: sandbox.Grants, copy: PrivateCopy
-                        ) -> tuple[Any, str | None, str, str]:
-        """(box, refusal, the working folder, the skill's folder as the process sees it) for a run from `copy`."""
+    def _copied_sandbox(self, skill: Skill, subject: str, grants: Grants, copy: PrivateCopy) -> SandboxDecision:
+        """The sandbox decision for a run from `copy`, in the working folder, with the skill's folder as the process
+        sees it."""
         real_folder = os.path.realpath(skill.folder)
         working = self.working_folder or real_folder
         mount = _copy_mount(copy.folder, real_folder, working)
-        box, refusal = self._sandbox(skill.name, subject, working, grants, mount)
+        decision = self._sandbox(skill.name, subject, working, grants, mount)
         # in the sandbox the copy is shown where `mount` says; without one, the copy's own path is used
-        return box, refusal, working, mount[1] if box is not None else copy.folder
+        return dataclasses.replace(decision, skill_folder=mount[1] if decision.box is not None else copy.folder)
 
-    def _timeout(self, grants: sandbox.Grants, default: float | None = None) -> float:
+    def _timeout(self, grants: Grants, default: float | None = None) -> float:
         """A `--timeout` grant, else the gate's own timeout."""
         granted = grants.limits.wall_seconds
         return float(granted) if granted else (default if default is not None else self.timeout)
 
-    def _explained(self, run: ScriptRun, skill: str, subject: str, grants: sandbox.Grants) -> ScriptRun:
+    def _explained(self, run: ScriptRun, skill: str, subject: str, grants: Grants) -> ScriptRun:
         """The run with a hint line when it failed for a reason the user can fix (a grant, a missing program)."""
         if not run.failed and not run.refused_hosts:
             return run
@@ -247,26 +223,26 @@ class Gate:
             self._record("decision", skill.name, path, decision="deny", decided_by="the executor", detail=message)
             return Outcome(False, "the executor", error=message)
         request = PermissionRequest(skill.name, path, script_digest, tuple(arguments), len(stdin.encode("utf-8", "replace")),
-                                    skill.frontmatter.allowed_tools)
+                                    skill.frontmatter.allowed_tools, sandbox_line())
         allowed, decided_by = self._decide(request, asker, requested_by)
         self._record("decision", skill.name, path, digest=script_digest, decision="allow" if allowed else "deny",
                      decided_by=decided_by)
         if not allowed:
             return Outcome(False, decided_by, error=f"denied: {decided_by}")
         grants = self.policy.grants(skill.name, path)  # once: the sandbox, the timeout and the hint read the same
-        box, refusal, working, skill_root = self._copied_sandbox(skill, path, grants, copy)
-        if refusal:
+        placed = self._copied_sandbox(skill, path, grants, copy)
+        if placed.refusal:
             self._record("decision", skill.name, path, digest=script_digest, decision="deny", decided_by="the sandbox",
-                         detail=refusal)
-            return Outcome(False, "the sandbox", error=refusal)
+                         detail=placed.refusal)
+            return Outcome(False, "the sandbox", error=placed.refusal)
         try:
-            run = run_script(working, path, arguments, stdin, timeout=self._timeout(grants), granted_env=grants.env,
-                             sandbox=box,
-                             target=os.path.join(skill_root, *path.split("/")), digest=script_digest,
-                             import_root=skill_root)
+            run = run_script(placed.folder, path, arguments, stdin, timeout=self._timeout(grants),
+                             granted_env=grants.env, sandbox=placed.box,
+                             target=os.path.join(placed.skill_folder, *path.split("/")), digest=script_digest,
+                             import_root=placed.skill_folder)
         except ScriptError as error:
-            if box is not None:
-                box.close()
+            if placed.box is not None:
+                placed.box.close()
             self._record("run", skill.name, path, digest=script_digest, detail=str(error))
             return Outcome(True, decided_by, error=str(error))
         run = self._explained(masked(run), skill.name, path, grants)
@@ -278,18 +254,19 @@ class Gate:
         """A shell command that is not part of a skill (a ledger prediction's falsifying check): decided for the
         pseudo-skill `owner` and subject `!command` (so `%skills allow ledger:!pytest *` pre-approves it)."""
         subject = f"!{command}"
-        request = PermissionRequest(owner, subject, None, (), 0, None)
+        request = PermissionRequest(owner, subject, None, (), 0, None, sandbox_line())
         allowed, decided_by = self._decide(request, asker, "model")
         self._record("decision", owner, subject, decision="allow" if allowed else "deny", decided_by=decided_by)
         if not allowed:
             return Outcome(False, decided_by, error=f"denied: {decided_by}")
         grants = self.policy.grants(owner, subject)
-        box, refusal = self._sandbox(owner, subject, folder, grants)
-        if refusal:
-            return Outcome(False, "the sandbox", error=refusal)
+        placed = self._sandbox(owner, subject, folder, grants)
+        if placed.refusal:
+            return Outcome(False, "the sandbox", error=placed.refusal)
         try:
-            run = masked(run_command(["bash", "-c", command], folder, subject, (), "", self._timeout(grants, timeout),
-                                     clean_environment(granted=grants.env), "-", box))
+            run = masked(run_command(["bash", "-c", command], placed.folder, subject, (), "",
+                                     self._timeout(grants, timeout), clean_environment(granted=grants.env), "-",
+                                     placed.box))
             run = self._explained(run, owner, subject, grants)
         except ScriptError as error:
             return Outcome(True, decided_by, error=str(error))
@@ -302,7 +279,7 @@ class Gate:
         denied or fails. `command` is the one that runs, its arguments already quoted (disclosure.activation_text
         finds the commands in the body as written and never scans their output again)."""
         subject = f"!{command}"
-        request = PermissionRequest(skill.name, subject, None, (), 0, skill.frontmatter.allowed_tools)
+        request = PermissionRequest(skill.name, subject, None, (), 0, skill.frontmatter.allowed_tools, sandbox_line())
         try:
             copy = self._private_copy(skill)
         except ManifestMismatch as error:
@@ -316,14 +293,15 @@ class Gate:
             if not allowed:
                 return f"[denied: !`{command}`: {decided_by}]"
             grants = self.policy.grants(skill.name, subject)
-            box, refusal, working, skill_root = self._copied_sandbox(skill, subject, grants, copy)
-            if refusal:
-                return f"[denied: !`{command}`: {refusal}]"
+            placed = self._copied_sandbox(skill, subject, grants, copy)
+            if placed.refusal:
+                return f"[denied: !`{command}`: {placed.refusal}]"
             env = clean_environment(granted=grants.env)
-            env["PYTHONPATH"] = skill_root  # importable here too: `!`python -m scripts.report`` works as a script does
+            # importable here too: `!`python -m scripts.report`` works as a script does
+            env["PYTHONPATH"] = placed.skill_folder
             try:
-                run = masked(run_command(["bash", "-c", command], working, subject, (), "", INLINE_TIMEOUT_SECONDS,
-                                         env, "-", box))
+                run = masked(run_command(["bash", "-c", command], placed.folder, subject, (), "",
+                                         INLINE_TIMEOUT_SECONDS, env, "-", placed.box))
             except ScriptError as error:
                 return f"[failed: !`{command}`: {error}]"
         finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 STDERR_TAIL_CHARS = 6000  # the cause of a failure is printed last; older lines are context, not the reason
 
@@ -62,6 +63,19 @@ def refused_host_line(skill: str, subject: str, hosts: Sequence[str], host: str,
     wanted = grant_for(host, port)
     return (f"skills_magic: host {wanted} is not granted to this run; allow it with "
             f"{allow_command(skill, subject, '--network ' + ','.join([*hosts, wanted]))}")
+
+
+@dataclass(frozen=True)
+class HostRefusal:
+    """The network proxy's answer for one run (its `refusal`): `refused_host_line` for this skill, subject and the
+    hosts the run was granted."""
+
+    skill: str
+    subject: str
+    hosts: tuple[str, ...]
+
+    def __call__(self, host: str, port: int | None = None) -> str:
+        return refused_host_line(self.skill, self.subject, self.hosts, host, port)
 
 
 def failure_hint(stderr: str, exit_code: int | None, timed_out: bool, *, skill: str, subject: str, network: bool,

@@ -1,190 +1,38 @@
 """The permission policy: deny rules, then allow rules, then ask (and where nobody can answer, deny).
 
-A rule names a skill and a path pattern inside it: `source-verification:scripts/verify.py`,
-`source-verification:scripts/*`, or `source-verification:!date *` for an inline shell command of its body. A `*` for
-the skill matches every skill, and is accepted only where the user typed it (`%skills allow`, IPython config), never
-from a project's `skills-policy.yaml`, which arrives with a cloned repository: its allow rules are inert until the
-user trusts its exact bytes (`skills_magic.safety.trust`), and even then it grants no secrets, no unsandboxed runs and no
-writes outside its folder. A skill's own `allowed-tools` is shown as a request and never taken as a grant.
+A rule (`skills_magic.safety.rules`) names a skill and a path pattern inside it:
+`source-verification:scripts/verify.py`, `source-verification:scripts/*`, or `source-verification:!date *` for an
+inline shell command of its body. A `*` for the skill matches every skill, and is accepted only where the user typed
+it (`%skills allow`, IPython config), never from a project's `skills-policy.yaml`, which arrives with a cloned
+repository: its allow rules are inert until the user trusts its exact bytes (`skills_magic.safety.trust`), and even
+then it grants no secrets, no unsandboxed runs and no writes outside its folder. A skill's own `allowed-tools` is shown
+as a request and never taken as a grant.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from skills_magic.errors import SkillsMagicError
+from skills_magic.safety.rules import LIMIT_GRANTS, Rule, RuleError, parse_rule
+# re-exported: its home before the split
+from skills_magic.safety.rules import (USER_ONLY, escape_pattern, parse_limits, pattern_matches,  # noqa: F401
+                                       pre_approval_hint)
 from skills_magic.safety.trust import (NothingToTrust, TrustError, TrustReport, TrustStore, sha256_of, short, user_policy_path,
                                 write_atomically)
 
 POLICY_FILE = "skills-policy.yaml"  # in the session's folder
-USER_ONLY = "%skills allow, IPython config or your own config folder's skills-policy.yaml"  # powers a project lacks
 MAX_POLICY_FILE_BYTES = 256 * 1024  # a policy is a few dozen rules; a bigger file is refused, never parsed
 USER_ORIGIN = "your skills-policy.yaml"  # the origin of rules from the user's own file in their config folder
 Verdict = Literal["allow", "deny", "ask"]
 
 
-class RuleError(SkillsMagicError, ValueError):
-    """A rule that cannot be understood or is not allowed from where it came."""
-
-
-@dataclass(frozen=True)
-class Rule:
-    """`allow` or `deny` for a skill (or `*`) and a path pattern (`/`-separated; `*` and `?` wildcards, `\\` escapes them)."""
-
-    kind: Literal["allow", "deny"]
-    skill: str
-    pattern: str
-    origin: str  # where it came from: "%skills allow", "skills-policy.yaml", "IPython config", "asked: always"
-    env: tuple[str, ...] = ()  # secret-looking variables an allow rule lets through to the script
-    network: bool = False  # the whole network (typed by the user only); else none, or the `hosts` below
-    writable: tuple[str, ...] = ()  # absolute paths the script may write besides its scratch folder
-    unsandboxed: bool = False  # run even where no sandbox can be made (only ever typed by the user)
-    limits: tuple[tuple[str, int], ...] = ()  # raised limits: (name in LIMIT_GRANTS, value), e.g. ("memory", 4 GiB)
-    hosts: tuple[str, ...] = ()  # host patterns reached through the proxy outside the sandbox (`--network pypi.org`)
-
-    @property
-    def text(self) -> str:
-        return f"{self.skill}:{self.pattern}"
-
-    def matches(self, skill: str, path: str) -> bool:
-        """Names compared after NFC (a name typed as `café` is the file named `cafe\u0301` on disk); in the pattern
-        only `*` and `?` are wildcards (see `pattern_matches`)."""
-        return (self.skill == "*" or _nfc(self.skill) == _nfc(skill)) and pattern_matches(self.pattern, path)
-
-    def __str__(self) -> str:
-        grants = [f"env: {', '.join(self.env)}"] if self.env else []
-        grants += ["network"] if self.network else []
-        grants += [f"network: {','.join(self.hosts)}"] if self.hosts else []
-        grants += [f"write: {p}" for p in self.writable]
-        grants += ["unsandboxed"] if self.unsandboxed else []
-        grants += [f"{name}: {_limit_text(name, value)}" for name, value in self.limits]
-        shown = f" ({'; '.join(grants)})" if grants else ""
-        return f"{self.kind} {self.text}{shown}  [{self.origin}]"
-
-
-LIMIT_GRANTS = {  # the grant's name (as typed: --memory 4G) -> the sandbox.Limits field it raises
-    "memory": "memory", "processes": "processes", "cpu": "cpu_seconds", "max-writes": "write_bytes",
-    "max-file": "file_bytes", "timeout": "wall_seconds",
-}
-_COUNTED_LIMITS = ("processes", "cpu", "timeout")  # whole numbers; the others are sizes (512M, 4G)
-
-
-def parse_limits(values) -> tuple[tuple[str, int], ...]:
-    """{"memory": "4G", "processes": 512} -> (("memory", 4294967296), ("processes", 512)); RuleError when off."""
-    from skills_magic.safety.sandbox import parse_size
-
-    parsed = []
-    for name, value in (dict(values or {})).items():
-        if name not in LIMIT_GRANTS:
-            raise RuleError(f"{name!r} is not a limit: use one of {', '.join(LIMIT_GRANTS)}")
-        try:
-            number = int(str(value)) if name in _COUNTED_LIMITS else parse_size(value)
-        except ValueError:
-            number = 0
-        if isinstance(value, bool) or number <= 0:
-            raise RuleError(f"--{name} {value!r}: expected " + ("a whole number above 0" if name in _COUNTED_LIMITS
-                                                                  else "a size such as 512M or 4G"))
-        parsed.append((name, number))
-    return tuple(parsed)
-
-
-def _limit_text(name: str, value: int) -> str:
-    from skills_magic.safety.sandbox import size_text
-
-    return str(value) + (" s" if name in ("cpu", "timeout") else "") if name in _COUNTED_LIMITS else size_text(value)
-
-
-def parse_rule(kind: str, text: str, origin: str, env: Sequence[str] = (), user_typed: bool = True, *,
-               network: bool = False, writable: Sequence[str] = (), unsandboxed: bool = False,
-               inside: str | None = None, limits=None) -> Rule:
-    """A rule from text. `user_typed` (the user: typed, IPython config, their own config folder's file) may do
-    everything; otherwise (a project's file) no wildcard skill, no secrets, no unsandboxed runs, and `write` paths
-    only relative to and inside `inside`, the file's folder."""
-    if kind not in ("allow", "deny"):
-        raise RuleError(f"a rule is `allow` or `deny`, not {kind!r}")
-    skill, separator, pattern = str(text).strip().partition(":")
-    if not separator:
-        if skill == "*" and user_typed:  # `%skills allow *`: everything, typed by the user
-            whole, hosts = _network_grant(text, network, user_typed, origin)
-            return Rule(kind, "*", "*", origin, tuple(env), whole, tuple(writable), unsandboxed,
-                        parse_limits(limits), hosts)
-        raise RuleError(f"{text!r} is not a rule: write SKILL:PATH, e.g. source-verification:scripts/verify.py")
-    skill, pattern = skill.strip(), pattern.strip()
-    if not skill or not pattern:
-        raise RuleError(f"{text!r} needs both a skill and a path pattern")
-    if "*" in skill and (skill != "*" or not user_typed):
-        raise RuleError(f"{text!r}: a wildcard skill is accepted only from %skills {kind}, IPython config or your "
-                        f"own config folder's {POLICY_FILE}, not from {origin}")
-    if pattern.startswith("/") or ".." in pattern.split("/"):
-        raise RuleError(f"{text!r}: a path pattern is relative to the skill's folder and stays inside it")
-    if kind == "deny" and (env or network or writable or unsandboxed or limits):
-        raise RuleError(f"{text!r}: a deny rule grants nothing")
-    network, hosts = _network_grant(text, network, user_typed, origin)
-    limits = parse_limits(limits)
-    if unsandboxed and not user_typed:
-        raise RuleError(f"{text!r}: running unsandboxed is accepted only from {USER_ONLY}, not from {origin}")
-    if env and not user_typed:
-        raise RuleError(f"{text!r}: secrets (`env: {', '.join(env)}`) are granted only from {USER_ONLY}, not from {origin}")
-    if user_typed:
-        writable = [os.path.abspath(p) for p in writable]
-    elif writable and inside is None:
-        raise RuleError(f"{text!r}: `write` paths from {origin} need the folder they are relative to")
-    else:
-        confined = []
-        for path in writable:
-            try:
-                confined.append(_confined(inside, path))
-            except RuleError as reason:
-                raise RuleError(_write_refusal(text, path, reason, origin, "refused")) from None
-        writable = confined
-    return Rule(kind, skill, pattern, origin, tuple(env), network, tuple(writable), unsandboxed, limits, hosts)
-
-
-def _network_grant(text, network, user_typed: bool, origin: str) -> tuple[bool, tuple[str, ...]]:
-    """`network`: True / "*" (everything: typed by the user only), False / None / "" (nothing), or host patterns as
-    "pypi.org,*.crossref.org" or a list of them -> (whole network, host patterns)."""
-    if network in (None, False, "", ()):
-        return False, ()
-    if network is True or network == "*":
-        if not user_typed:
-            raise RuleError(f"{text!r}: the whole network is granted only from {USER_ONLY}, not from {origin}; name "
-                            "the hosts instead, e.g. network: [pypi.org]")
-        return True, ()
-    from skills_magic.safety.netproxy import HostPatterns
-
-    grants = [network] if isinstance(network, str) else list(network)
-    if not all(isinstance(g, str) for g in grants):
-        raise RuleError(f"{text!r}: `network` is true or a list of host names, e.g. [pypi.org, '*.crossref.org']")
-    try:
-        return False, tuple(str(HostPatterns.parse(grants)).split(","))
-    except ValueError as error:
-        raise RuleError(f"{text!r}: {error}") from None
-
-
-def _confined(folder: str, path: str) -> str:
-    """A `write` path from a project file, resolved (real path, symlinks followed) against the file's folder; an
-    absolute path, or one that leaves the folder (`..`, a symlink pointing out), raises RuleError with the reason."""
-    if os.path.isabs(path) or path.startswith("~"):
-        raise RuleError("an absolute path, not one inside the project folder")
-    root = os.path.realpath(folder)
-    resolved = os.path.realpath(os.path.join(root, path))
-    if resolved != root and not resolved.startswith(root.rstrip(os.sep) + os.sep):
-        raise RuleError(f"it leaves the project folder (it resolves to {resolved})")
-    return resolved
-
-
-def _write_refusal(text, path: str, reason: RuleError, origin: str, verb: str) -> str:
-    return (f"{text!r}: `write: {path}` {verb}: {reason}; {origin} may grant writes only inside its own folder, other "
-            f"paths come only from {USER_ONLY}")
-
-
 @dataclass(frozen=True)
 class Decision:
+    """What the policy says about one request: the verdict and the rule behind it (None: no rule matches)."""
+
     verdict: Verdict
     rule: Rule | None = None
 
@@ -281,20 +129,15 @@ class Policy:
 
     def decide(self, skill: str, path: str) -> Decision:
         """Deny first, then allow, then ask."""
-        self.refresh()
-        for kind in ("deny", "allow"):
-            for rule in self.rules:
-                if rule.kind == kind and rule.matches(skill, path):
-                    return Decision(kind, rule)
-        return Decision("ask")
+        return self._judge(skill, path)[0]
 
     def grants(self, skill: str, path: str):
         """Everything every matching allow rule grants (nothing when a deny rule matches)."""
-        from skills_magic.safety.sandbox import Grants, Limits
+        from skills_magic.safety.box.grants import Grants, Limits
 
-        if self.decide(skill, path).verdict != "allow":
+        decision, matching = self._judge(skill, path)
+        if decision.verdict != "allow":
             return Grants()
-        matching = [r for r in self.rules if r.kind == "allow" and r.matches(skill, path)]
         granted: dict[str, int] = {}
         for rule in matching:  # a limit a rule names replaces the default; of several rules, the highest counts
             for name, value in rule.limits:
@@ -305,6 +148,17 @@ class Policy:
                       hosts=tuple(dict.fromkeys(h for r in matching for h in r.hosts)),
                       writable=tuple(dict.fromkeys(p for r in matching for p in r.writable)),
                       unsandboxed=any(r.unsandboxed for r in matching), limits=limits)
+
+    def _judge(self, skill: str, path: str) -> tuple[Decision, list[Rule]]:
+        """The decision and every allow rule that matches (none when a deny rule does), from one pass over the rules
+        as they are after re-reading any changed policy file."""
+        self.refresh()
+        matching = [rule for rule in self.rules if rule.matches(skill, path)]
+        deny = next((rule for rule in matching if rule.kind == "deny"), None)
+        if deny is not None:
+            return Decision("deny", deny), []
+        allows = [rule for rule in matching if rule.kind == "allow"]
+        return (Decision("allow", allows[0]), allows) if allows else (Decision("ask"), [])
 
     def granted_env(self, skill: str, path: str) -> tuple[str, ...]:
         """Variables every matching allow rule grants (none when a deny rule matches)."""
@@ -490,79 +344,13 @@ def _entry_rule(kind: str, entry, origin: str, owner: str, folder: str, problems
     if not isinstance(writable, list) or not all(isinstance(w, str) for w in writable):
         problems.append(f"{origin}: `write` of {text!r} must be a list of paths")
         return None
-    network, unsandboxed = extra.get("network"), extra.get("unsandboxed") is True
-    if owner == "project" and kind == "allow" and network is True:
-        problems.append(f"{text!r}: `network: true` dropped: the whole network is granted only from {USER_ONLY}, never "
-                        f"from {origin}; name the hosts instead, e.g. network: [pypi.org]")
-        network = None
     limits = {name: extra[name] for name in LIMIT_GRANTS if name in extra}
-    if owner == "project" and kind == "allow":
-        if env:
-            problems.append(f"{text!r}: `env: {', '.join(env)}` dropped: secrets are granted only from {USER_ONLY}, "
-                            f"never from {origin}")
-            env = []
-        if unsandboxed:
-            problems.append(f"{text!r}: `unsandboxed` dropped: running unsandboxed is accepted only from {USER_ONLY}, "
-                            f"never from {origin}")
-            unsandboxed = False
-        kept = []
-        for path in writable:
-            try:
-                _confined(folder, path)
-                kept.append(path)
-            except RuleError as reason:
-                problems.append(_write_refusal(text, path, reason, origin, "dropped"))
-        writable = kept
-    elif owner == "user":
-        writable = [os.path.join(folder, os.path.expanduser(w)) for w in writable]
     try:
-        return parse_rule(kind, text, origin, env, user_typed=owner == "user", network=network, writable=writable,
-                          unsandboxed=unsandboxed, inside=folder if owner == "project" else None, limits=limits)
+        # what a project's file may not grant is dropped there (reported in `problems`), the rest of the entry kept
+        return parse_rule(kind, text, origin, env, user_typed=owner == "user", network=extra.get("network"),
+                          writable=writable, unsandboxed=extra.get("unsandboxed") is True, inside=folder, limits=limits,
+                          dropped=problems)
     except RuleError as error:
         problems.append(str(error))
         return None
 
-
-def _nfc(text: str) -> str:
-    from unicodedata import normalize
-
-    return normalize("NFC", text)
-
-
-_PATTERN_PIECE = re.compile(r"\\[*?\\]|[*?]|[^*?\\]+|\\")  # an escape, a wildcard, a literal run, a lone backslash
-_compiled_patterns: dict[str, re.Pattern] = {}  # decide() matches every rule against every request: compile once
-
-
-def _pattern_regex(pattern: str) -> re.Pattern:
-    found = _compiled_patterns.get(pattern)
-    if found is None:
-        parts = []
-        for piece in _PATTERN_PIECE.findall(_nfc(pattern)):
-            if piece == "*":
-                parts.append(".*")  # as fnmatch: crosses `/`, so `x:scripts/*` covers subfolders
-            elif piece == "?":
-                parts.append(".")
-            else:
-                parts.append(re.escape(piece[1] if len(piece) == 2 and piece[0] == "\\" else piece))
-        found = _compiled_patterns[pattern] = re.compile("".join(parts), re.DOTALL)
-    return found
-
-
-def pattern_matches(pattern: str, path: str) -> bool:
-    """Whether a rule's path pattern covers `path` (a script path or `!command`): `*` is any run of characters
-    (`/` included), `?` one character, `\\*` `\\?` `\\\\` those characters literally, everything else (`[`, `]`
-    too) itself; both sides compared after NFC."""
-    return _pattern_regex(pattern).fullmatch(_nfc(path)) is not None
-
-
-def escape_pattern(path: str) -> str:
-    """The pattern that matches exactly `path` and nothing else."""
-    return re.sub(r"([*?\\])", r"\\\1", path)
-
-
-def pre_approval_hint(skill: str, path: str) -> str:
-    """The command that pre-approves exactly this path, quoted so that it can be pasted as is."""
-    rule = f"{skill}:{escape_pattern(path)}"
-    if re.fullmatch(r"[\w.:/*?\[\]!-]+", rule):
-        return f"%skills allow {rule}"
-    return f'%skills allow "{rule}"' if '"' not in rule and "\\" not in rule else f"%skills allow {shlex.quote(rule)}"

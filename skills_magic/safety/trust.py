@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from skills_magic.clock import utc_now
-from skills_magic.errors import SkillsMagicError
+from skills_magic.errors import PathError, SkillsMagicError
 
 APP_NAME = "skills-magic"  # the folder name under the platform's config folder (~/.config/skills-magic on Linux)
 CONFIG_DIR_ENV = "SKILLS_MAGIC_CONFIG_DIR"  # moves the whole config folder: tests and CI never touch the real one
@@ -32,20 +32,19 @@ class TrustError(SkillsMagicError):
     """Something about trusting a project's policy file went wrong."""
 
 
-class TrustStoreUnreadable(TrustError, ValueError):
+class TrustStoreUnreadable(TrustError, PathError, ValueError):
     """The trust store exists but cannot be read; nothing it holds is trusted until it is fixed or removed."""
 
+    MESSAGE = "the trust store {path} cannot be read ({why}); nothing is trusted until you fix or remove it"
+
     def __init__(self, path: str, why: str):
-        self.path = path
-        super().__init__(f"the trust store {path} cannot be read ({why}); nothing is trusted until you fix or remove it")
+        super().__init__(path, why=why)
 
 
-class NothingToTrust(TrustError, FileNotFoundError):
+class NothingToTrust(TrustError, PathError, FileNotFoundError):
     """`%skills trust` where there is no policy file."""
 
-    def __init__(self, path: str):
-        self.path = path
-        super().__init__(f"there is no {os.path.basename(path)} at {path}: nothing to trust")
+    MESSAGE = "there is no {name} at {path}: nothing to trust"
 
 
 def config_dir() -> str:

@@ -95,6 +95,19 @@ class CatalogScan:
         return [s.name for s in self.skills]
 
 
+@dataclass(frozen=True)
+class SourceStatus:
+    """A source as `%skills sources` shows it: whether its folder exists and how many skills it gave."""
+
+    source: Source
+    exists: bool
+    skills: int
+
+
+def source_statuses(sources: list[Source], scan: CatalogScan) -> list[SourceStatus]:
+    return [SourceStatus(s, os.path.isdir(s.root), scan.counts.get((s.label, s.root), 0)) for s in sources]
+
+
 def _relative_to_source(skill: Skill) -> str:
     # messages carry no absolute paths, so outputs are the same on every machine
     return os.path.relpath(skill.folder, os.path.dirname(skill.source_root) or "/")

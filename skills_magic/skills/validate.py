@@ -17,11 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from skills_magic.skills.find import find_skill_files
+from skills_magic.skills.frontmatter import EXTENSION_FIELDS, SPEC_FIELDS, Frontmatter
 from skills_magic.skills.skill import (
-    EXTENSION_FIELDS,
-    SPEC_FIELDS,
     Diagnostic,
-    Frontmatter,
     Skill,
     SkillFile,
     find_skill_md,
@@ -53,13 +51,24 @@ def is_valid_name(name: Any) -> bool:
     return 0 < len(name) <= MAX_NAME_LENGTH and name == name.lower() and bool(_NAME_SHAPE.match(name))
 
 
-def _check_name(sf: SkillFile, folder: str) -> list[Diagnostic]:
-    data, path, line = sf.frontmatter, sf.path, sf.line_of("name")
-    if "name" not in data:
-        return [Diagnostic("name-missing", "required field `name` is missing", path)]
-    raw = data["name"]
+def _missing_or_not_string(sf: SkillFile, key: str, quoted: bool = False) -> list[Diagnostic]:
+    """The problem of a required field that is absent or not a string (none when it is a string); `quoted`: the
+    message quotes the value."""
+    if key not in sf.frontmatter:
+        return [Diagnostic(f"{key}-missing", f"required field `{key}` is missing", sf.path)]
+    raw = sf.frontmatter[key]
     if not isinstance(raw, str):
-        return [Diagnostic("name-not-string", f"`name` must be a string, not {type(raw).__name__} ({raw!r})", path, line)]
+        value = f" ({raw!r})" if quoted else ""
+        return [Diagnostic(f"{key}-not-string", f"`{key}` must be a string, not {type(raw).__name__}{value}", sf.path,
+                           sf.line_of(key))]
+    return []
+
+
+def _check_name(sf: SkillFile, folder: str) -> list[Diagnostic]:
+    problems = _missing_or_not_string(sf, "name", quoted=True)
+    if problems:
+        return problems
+    raw, path, line = sf.frontmatter["name"], sf.path, sf.line_of("name")
     if _PLAIN_NAME.fullmatch(raw) and len(raw) <= MAX_NAME_LENGTH:
         if raw == unicodedata.normalize("NFKC", os.path.basename(folder)):
             return []
@@ -87,12 +96,10 @@ def _check_name(sf: SkillFile, folder: str) -> list[Diagnostic]:
 
 
 def _check_description(sf: SkillFile) -> list[Diagnostic]:
-    data, path, line = sf.frontmatter, sf.path, sf.line_of("description")
-    if "description" not in data:
-        return [Diagnostic("description-missing", "required field `description` is missing", path)]
-    raw = data["description"]
-    if not isinstance(raw, str):
-        return [Diagnostic("description-not-string", f"`description` must be a string, not {type(raw).__name__}", path, line)]
+    problems = _missing_or_not_string(sf, "description")
+    if problems:
+        return problems
+    raw, path, line = sf.frontmatter["description"], sf.path, sf.line_of("description")
     if not raw.strip():
         return [Diagnostic("description-empty", "`description` must not be empty", path, line)]
     if len(raw) > MAX_DESCRIPTION_LENGTH:
@@ -113,10 +120,11 @@ def _check_compatibility(sf: SkillFile) -> list[Diagnostic]:
     return []
 
 
-def _check_license(sf: SkillFile) -> list[Diagnostic]:
-    raw = sf.frontmatter.get("license")
+def _check_string(sf: SkillFile, key: str, shape: str = "a string") -> list[Diagnostic]:
+    """An optional field that must be a string when given (`license`, `allowed-tools`)."""
+    raw = sf.frontmatter.get(key)
     if raw is not None and not isinstance(raw, str):
-        return [Diagnostic("license-not-string", f"`license` must be a string, not {type(raw).__name__}", sf.path, sf.line_of("license"))]
+        return [Diagnostic(f"{key}-not-string", f"`{key}` must be {shape}, not {type(raw).__name__}", sf.path, sf.line_of(key))]
     return []
 
 
@@ -130,13 +138,6 @@ def _check_metadata(sf: SkillFile) -> list[Diagnostic]:
     if bad:
         detail = ", ".join(f"{k!r}: {type(raw[k]).__name__}" for k in bad[:5])
         return [Diagnostic("metadata-not-string", f"`metadata` must map strings to strings; quote these values: {detail}", path, line)]
-    return []
-
-
-def _check_allowed_tools(sf: SkillFile) -> list[Diagnostic]:
-    raw = sf.frontmatter.get("allowed-tools")
-    if raw is not None and not isinstance(raw, str):
-        return [Diagnostic("allowed-tools-not-string", f"`allowed-tools` must be a space-delimited string, not {type(raw).__name__}", sf.path, sf.line_of("allowed-tools"))]
     return []
 
 
@@ -158,9 +159,9 @@ def check_fields(sf: SkillFile, folder: str, strict: bool) -> list[Diagnostic]:
         *_check_name(sf, folder),
         *_check_description(sf),
         *_check_compatibility(sf),
-        *_check_license(sf),
+        *_check_string(sf, "license"),
         *_check_metadata(sf),
-        *_check_allowed_tools(sf),
+        *_check_string(sf, "allowed-tools", "a space-delimited string"),
     ]
 
 

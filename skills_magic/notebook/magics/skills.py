@@ -1,0 +1,239 @@
+"""`%skills`: the catalog (list, show, validate, add, sources, diagnostics, lint), the model and its runs (model, trace,
+eval) and permissions (allow, deny, policy, trust, review, audit, apply). Each subcommand is a method with IPython
+`@argument`s: it calls the session and returns a view. `%skills?` prints the usage generated from those arguments."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from IPython.core.error import UsageError
+from IPython.core.magic import line_magic, magics_class
+from IPython.core.magic_arguments import argument
+
+from skills_magic.models.base import capabilities
+from skills_magic.notebook.magics.base import SessionMagics
+from skills_magic.notebook.magics.commands import command_parser, help_text, positive, subcommand, subcommands, user_errors, words
+from skills_magic.notebook.views.base import JSONResult
+from skills_magic.notebook.views.changes import ApplyView
+from skills_magic.notebook.views.evals import EvalView
+from skills_magic.notebook.views.policy import AuditView, PolicyView, ReviewView, TrustView
+from skills_magic.notebook.views.runs import ModelView, TraceView
+from skills_magic.notebook.views.skills import AddedView, DiagnosticsView, LintView, ListingView, SkillView, SourcesView, VerdictsView
+from skills_magic.skills.skill import CODES
+
+SHORT_USAGE = "usage: %skills list|show|validate|add|sources|diagnostics|model|trace ... (`%skills?` for details)"
+SOURCE_LABELS = ("session", "path", "project", "user", "bundled")
+SUMMARY = "List, show, validate and add Agent Skills; choose the model; decide which scripts may run."
+
+
+def _budget(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a budget is a number of characters (0: no budget), not {value}")
+    return value
+
+
+# the arguments `allow` and `deny` share (an `@argument` may decorate any number of methods)
+RULE = argument("rule", nargs="+", help="SKILL:PATH-PATTERN, e.g. source-verification:scripts/* (spaces allowed)")
+SAVE = argument("--save", action="store_true", help="also keep it in your config folder's skills-policy.yaml")
+
+
+@magics_class
+class SkillsCommandMagics(SessionMagics):
+    """`%skills`: list, show, validate and add Agent Skills."""
+
+    # --- the catalog --------------------------------------------------------------------------------------------
+
+    @subcommand("list")
+    @argument("--source", choices=SOURCE_LABELS, help="only skills from this source")
+    @argument("--budget", type=_budget, metavar="N", help="character budget (default 8000); 0 shows everything")
+    @argument("--json", action="store_true", help="return the listing as JSON data")
+    def _list(self, args):
+        """The catalog, grouped by source, under a character budget."""
+        started = time.perf_counter()
+        scan, listing, text = self.session.listing(budget=args.budget, source=args.source)
+        view = ListingView(scan, listing, text, self.session.show_path, time.perf_counter() - started)
+        return JSONResult(view.data()) if args.json else view
+
+    @subcommand("show")
+    @argument("name", help="a skill of the catalog")
+    def _show(self, args):
+        """The annotation line and the body verbatim."""
+        return SkillView(self.session.skill(args.name), self.session.show_path)
+
+    @subcommand("validate")
+    @argument("target", nargs="?", help="a skill's name or a path; none: every skill of the catalog")
+    def _validate(self, args):
+        """Strict verdicts (the specification, exactly)."""
+        return VerdictsView(self.session.validate(args.target), self.session.show_path)
+
+    @subcommand("add")
+    @argument("path", help="a skill folder, a SKILL.md or a collection of skills")
+    def _add(self, args):
+        """Add a skill folder or a collection, ahead of the others."""
+        source, skills = self.session.add(args.path)
+        return AddedView(source, skills, self.session.diagnostics(), self.session.show_path)
+
+    @subcommand("sources")
+    def _sources(self, args):
+        """The sources in precedence order."""
+        return SourcesView(self.session.sources(), self.session.show_path)
+
+    @subcommand("diagnostics")
+    @argument("--severity", choices=["error", "warning", "info"], help="only diagnostics of this severity")
+    @argument("--code", choices=sorted(CODES), metavar="CODE", help="only diagnostics with this code")
+    @argument("--json", action="store_true", help="return the diagnostics as JSON data")
+    def _diagnostics(self, args):
+        """What scanning the catalog found: errors, warnings and notes, each with its file and line."""
+        view = DiagnosticsView(self.session.diagnostics(args.severity, args.code), self.session.show_path)
+        return JSONResult(view.data()) if args.json else view
+
+    # --- the model and its runs ---------------------------------------------------------------------------------
+
+    @subcommand("model")
+    @argument("choice", nargs="?", help="auto | anthropic [ID] | scripted FILE | keywords [N] | replay CASSETTE | a model id")
+    @argument("value", nargs="?", help="the ID, FILE, N or CASSETTE of the choice")
+    def _model(self, args):
+        """The model runs use: the choice, or (no choice) the one in use."""
+        if args.choice is not None:
+            self.session.choose_model(args.choice, args.value)
+        client = self.session.model_client
+        if client is None:
+            chosen = "anthropic (ANTHROPIC_API_KEY is set)" if os.environ.get("ANTHROPIC_API_KEY") else "none yet (no ANTHROPIC_API_KEY)"
+            return ModelView("auto", self.session.resolve_model_id(), f"runs use {chosen}")
+        source = capabilities(client).source
+        shown = source if source == "keyword router" else (self.session.show_path(source) if source else "")
+        return ModelView(client.name, self.session.resolve_model_id(client, None, None), shown)
+
+    @subcommand("trace")
+    def _trace(self, args):
+        """The load trace of the last run: what was disclosed to the model, in bytes and tokens."""
+        if self.session.last_run is None:
+            raise UsageError("no run yet: `%%skill run` first")
+        return TraceView(self.session.last_run)
+
+    @subcommand("eval")
+    @argument("file", help="the prompt set (YAML)")
+    @argument("--runs", type=positive, metavar="N", help="runs of each prompt")
+    @argument("--model", metavar="M", help="the model id the runs ask for")
+    @argument("--strategy", choices=["plain", "forced"], default="plain", help="how the catalog is offered")
+    @argument("--compare", metavar="WHAT", help="plain | forced | FOLDER: a second report beside the first")
+    @argument("--behaviour", "--behavior", action="store_true", help="also judge each skill's expected behaviours")
+    @argument("--batch", action="store_true", help="send the runs as Message Batches")
+    @argument("--resume", metavar="BATCH_IDS", help="the batch ids to resume after a kernel restart, comma-separated (with --batch)")
+    @argument("--chart", metavar="FILE.svg", help="also save the bar chart as this SVG file")
+    def _eval(self, args):
+        """Activation evals of a prompt set: activation per category, false and wrong activations, per skill."""
+        progress = None
+        if self._has_front_end():
+            from skills_magic.notebook.widgets import eval_progress
+
+            progress = eval_progress()
+        started = time.perf_counter()
+        reports = self.session.eval(args.file, runs=args.runs, model=args.model, strategy=args.strategy,
+                                    compare=args.compare, behaviour=args.behaviour, batch=args.batch, resume=args.resume,
+                                    on_progress=progress)
+        view = EvalView(reports, self.session.lint(), time.perf_counter() - started)
+        if args.chart:
+            with open(os.path.join(self.session.cwd, args.chart), "w", encoding="utf-8") as handle:
+                handle.write(view.chart_svg())
+        return view
+
+    @subcommand("lint")
+    @argument("name", nargs="?", help="a skill of the catalog; none: every skill")
+    def _lint(self, args):
+        """Description lint of one skill or every skill."""
+        return LintView(self.session.lint(args.name))
+
+    # --- permissions --------------------------------------------------------------------------------------------
+
+    @subcommand("allow")
+    @RULE
+    @SAVE
+    @argument("--env", action="append", default=[], metavar="VAR", help="a secret-looking variable the script may see")
+    @argument("--network", nargs="?", const=True, default=False, metavar="HOSTS",
+              help="HOSTS (pypi.org,*.crossref.org): only those, through the proxy; alone: everything")
+    @argument("--write", action="append", default=[], metavar="PATH", help="a path the script may write besides its scratch")
+    @argument("--unsandboxed", action="store_true", help="run even where no sandbox can be made")
+    @argument("--memory", metavar="SIZE", help="memory a process may use (default 2G), e.g. 4G")
+    @argument("--processes", metavar="N", help="processes and threads together (default 256)")
+    @argument("--cpu", metavar="SECONDS", help="CPU seconds a process may use (default 120)")
+    @argument("--max-writes", dest="max_writes", metavar="SIZE", help="everything a run writes together (default 256M)")
+    @argument("--max-file", dest="max_file", metavar="SIZE", help="the largest file a run writes (default 1G)")
+    @argument("--timeout", metavar="SECONDS", help="seconds a run may take in all (default 60)")
+    def _allow(self, args):
+        """Let scripts matching the rule run (deny rules win); --save keeps it in your config folder's policy file."""
+        limits = {name: value for name, value in (("memory", args.memory), ("processes", args.processes),
+                                                  ("cpu", args.cpu), ("max-writes", args.max_writes),
+                                                  ("max-file", args.max_file), ("timeout", args.timeout))
+                  if value is not None}
+        self.session.add_rule("allow", " ".join(args.rule), args.env, network=args.network, writable=args.write,
+                              unsandboxed=args.unsandboxed, limits=limits, save=args.save)
+        return self._policy(args)
+
+    @subcommand("deny")
+    @RULE
+    @SAVE
+    def _deny(self, args):
+        """Never let scripts matching the rule run."""
+        self.session.add_rule("deny", " ".join(args.rule), save=args.save)
+        return self._policy(args)
+
+    @subcommand("policy")
+    def _policy(self, args):
+        """The rules, where each came from, the policy files (trusted or not), the review states and the sandbox."""
+        state = self.session.policy_state()
+        return PolicyView(state.rules, state.problems, state.reviews, state.files, self.session.show_path, sandbox=state.sandbox)
+
+    @subcommand("trust")
+    @argument("--revoke", action="store_true", help="forget the trusted digest: the file's allow rules are inert again")
+    def _trust(self, args):
+        """Show every rule of the project's skills-policy.yaml and trust these exact bytes (any change: inert again)."""
+        return TrustView(self.session.trust(revoke=args.revoke), self.session.show_path)
+
+    @subcommand("review")
+    @argument("name", help="a skill of the catalog")
+    @argument("--yes", action="store_true", help="accept the bytes shown without a prompt")
+    def _review(self, args):
+        """Files, digests and changes since the last review; accept them into skills.lock."""
+
+        def confirm() -> bool:
+            if args.yes:
+                return True
+            try:
+                return input("Write these digests to skills.lock? [y/N]: ").strip().lower() in ("y", "yes")
+            except Exception:  # StdinNotImplementedError, EOFError, OSError: nobody can confirm here
+                return False
+
+        skill, changes, written = self.session.review(args.name, confirm)
+        return ReviewView.of(skill, changes, written, self.session.review_state(skill))
+
+    @subcommand("audit")
+    @argument("--all", action="store_true", help="every session's records, not only this one's")
+    def _audit(self, args):
+        """Every permission decision and script run."""
+        return AuditView(self.session.audit(everything=args.all))
+
+    @subcommand("apply")
+    @argument("run", help="a run id (run-ab12cd34) or `last`: the scripts of this session's last run")
+    @argument("paths", nargs="*", help="only these changed files (or folders), relative to the working folder")
+    def _apply(self, args):
+        """Copy what a run's scripts wrote in the working folder (copy-on-write until now) into the project."""
+        return ApplyView(self.session.apply(args.run, args.paths))
+
+    # --- the magic ----------------------------------------------------------------------------------------------
+
+    @line_magic
+    def skills(self, line: str):
+        argv = words(line, SHORT_USAGE)
+        if not argv:
+            raise UsageError(SHORT_USAGE)
+        args = PARSER.parse_args(argv)
+        with user_errors():
+            return args.handler(self, args)
+
+
+PARSER = command_parser("skills", "command", SHORT_USAGE, subcommands(SkillsCommandMagics))
+SkillsCommandMagics.skills.__doc__ = help_text(SUMMARY, list(PARSER.commands.values()))

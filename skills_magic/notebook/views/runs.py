@@ -1,0 +1,154 @@
+"""The views of a run: `%%skill run`'s answer with its tool calls, usage and load trace, `%skills trace`, and the
+model choice (`%skills model`, `%ledger model`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skills_magic.notebook.views.base import View, escape, table_html, table_text
+from skills_magic.notebook.views.changes import CHANGES_TITLE, changes_html, changes_metadata, changes_text
+from skills_magic.notebook.views.ledger import LEDGER_COLUMNS, ledger_row
+
+
+def _thousands(n: int | None) -> str:
+    return "" if n is None else f"{n:,}"
+
+
+TRACE_COLUMNS = ("stage", "object", "bytes", "in tok", "out tok", "cache read", "cache write", "detail")
+
+
+def trace_rows(trace) -> list[tuple[str, ...]]:
+    return [
+        (e.stage, e.object, _thousands(e.bytes), _thousands(e.input_tokens), _thousands(e.output_tokens),
+         _thousands(e.cache_read_tokens), _thousands(e.cache_write_tokens), e.detail)
+        for e in trace
+    ]
+
+
+class TraceView(View):
+    """The load trace of a run: what was disclosed to the model, in UTF-8 bytes and reported tokens."""
+
+    kind = "trace"
+
+    def __init__(self, result):
+        self.result = result
+
+    def text(self) -> str:
+        return table_text(TRACE_COLUMNS, trace_rows(self.result.trace))
+
+    def html(self) -> str:
+        return table_html(TRACE_COLUMNS, trace_rows(self.result.trace))
+
+    def data(self) -> dict[str, Any]:
+        return {"trace": [e.to_dict() for e in self.result.trace]}
+
+
+class RunView(View):
+    """`%%skill run`: the answer (Markdown), the tool calls, why it stopped, the usage and the load trace."""
+
+    kind = "run"
+
+    def __init__(self, result, seconds: float | None = None):
+        self.result, self.seconds = result, seconds
+
+    def _calls(self) -> list[str]:
+        from skills_magic.runs.tools import describe_input
+
+        lines = []
+        for call in self.result.tool_calls:
+            outcome = f"error: {call.error}" if call.is_error else f"{call.result_bytes:,} bytes"
+            lines.append(f"{call.name} {describe_input(call.input)} -> {outcome}")
+        return lines
+
+    def _status(self) -> str:
+        r = self.result
+        status = f"stop: {r.stop_reason}"
+        if r.client != "none":
+            status += f" after {r.turns} model call{'s' if r.turns != 1 else ''} ({r.client}, {r.model})"
+        if r.note:
+            status += f"; {r.note}"
+        if r.error:
+            status += f"\nerror: {r.error}"
+        return status
+
+    def _usage(self) -> str:
+        u = self.result.usage
+        return (f"usage: input {u['input_tokens']:,} · output {u['output_tokens']:,} · cache read "
+                f"{u['cache_read_input_tokens']:,} · cache write {u['cache_creation_input_tokens']:,} tokens")
+
+    def text(self) -> str:
+        parts = [self.result.final_text.rstrip() or "(no answer)"]
+        if self.result.tool_calls:
+            parts.append("tool calls:\n" + "\n".join(f"  {line}" for line in self._calls()))
+        if self.result.outputs:
+            parts.append("files the scripts wrote (in their scratch folders):\n"
+                         + "\n".join(f"  {o['script']}: {o['path']} ({o['bytes']:,} bytes)" for o in self.result.outputs))
+        if self.result.changes:
+            parts.append(changes_text(self.result.changes, f"{CHANGES_TITLE}:"))
+        if self.result.ledger_entries:
+            parts.append("ledger entries written by the model:\n" + "\n".join(f"  {e.plan} {e.summary()}" for e in self.result.ledger_entries))
+        parts.append(self._status())
+        if self.result.client != "none":
+            parts.append(self._usage())
+        parts.append("load trace:\n" + TraceView(self.result).text())
+        return "\n\n".join(parts)
+
+    def html(self) -> str:
+        from markdown_it import MarkdownIt
+
+        answer = MarkdownIt("commonmark", {"html": False}).render(self.result.final_text or "*(no answer)*")
+        calls = "".join(f"<li><code>{escape(line)}</code></li>" for line in self._calls())
+        return (
+            f"<div class='skills-magic-run'>{answer}"
+            + (f"<details><summary>tool calls ({len(self.result.tool_calls)})</summary><ul>{calls}</ul></details>" if calls else "")
+            + (changes_html(self.result.changes, CHANGES_TITLE) if self.result.changes else "")
+            + (f"<details open><summary>ledger entries ({len(self.result.ledger_entries)})</summary>"
+               + table_html(LEDGER_COLUMNS, [ledger_row(e) for e in self.result.ledger_entries]) + "</details>"
+               if self.result.ledger_entries else "")
+            + f"<p><code>{escape(self._status())}</code>"
+            + (f"<br><code>{escape(self._usage())}</code>" if self.result.client != "none" else "") + "</p>"
+            + f"<details open><summary>load trace</summary>{TraceView(self.result).html()}</details></div>"
+        )
+
+    def data(self) -> dict[str, Any]:
+        r = self.result
+        return {
+            "skill": r.skill,
+            "client": r.client,
+            "model": r.model,
+            "final_text": r.final_text,
+            "stop_reason": r.stop_reason,
+            "note": r.note,
+            "error": r.error,
+            "interrupted": r.interrupted,
+            "turns": r.turns,
+            "tool_calls": [{"name": c.name, "input": c.input, "result_bytes": c.result_bytes, "is_error": c.is_error,
+                            "error": c.error} for c in r.tool_calls],
+            "usage": dict(r.usage),
+            "trace": [e.to_dict() for e in r.trace],
+            "ledger_entries": [e.to_dict() for e in r.ledger_entries],
+            "outputs": [{k: o[k] for k in ("script", "path", "bytes")} for o in r.outputs],
+            # only where a run changed something, so the outputs of runs that change nothing stay as they were
+            **({"changes": [c.to_dict() for c in r.changes]} if r.changes else {}),
+        }
+
+    def metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {} if self.seconds is None else {"seconds": round(self.seconds, 6)}
+        if self.result.outputs:  # where the files are on this machine: volatile, so not in the data
+            meta["output_files"] = [o["file"] for o in self.result.outputs]
+        if self.result.changes:  # run ids differ on every run: the command to apply them is metadata
+            meta.update(changes_metadata(self.result.changes))
+        return meta
+
+
+class ModelView(View):
+    kind = "model"
+
+    def __init__(self, client_name: str, model_id: str, detail: str = ""):
+        self.client_name, self.model_id, self.detail = client_name, model_id, detail
+
+    def text(self) -> str:
+        return f"model: {self.client_name} ({self.model_id})" + (f"; {self.detail}" if self.detail else "")
+
+    def data(self) -> dict[str, Any]:
+        return {"client": self.client_name, "model": self.model_id, "detail": self.detail}

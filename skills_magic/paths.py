@@ -1,0 +1,59 @@
+"""Paths as outputs show them: relative to the notebook's folder, or inside a source's label, so a notebook's
+outputs are the same on every machine and clone."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+MAX_PARENT_HOPS = 3  # shown paths may climb this many folders from the cwd before we fall back to ~ or absolute
+
+
+def display_path(path: str, cwd: str | None = None) -> str:
+    """A path as shown in outputs: relative to the notebook's folder, so outputs are the same on every clone."""
+    if not path:
+        return path
+    cwd = cwd or os.getcwd()
+    absolute = os.path.abspath(path)
+    try:
+        relative = os.path.relpath(absolute, cwd)
+    except ValueError:  # another drive on Windows
+        relative = absolute
+    if relative.split(os.sep)[: MAX_PARENT_HOPS + 1].count(os.pardir) <= MAX_PARENT_HOPS:
+        return relative
+    home = os.path.expanduser("~")
+    if absolute.startswith(home + os.sep):
+        return "~" + absolute[len(home) :]
+    return absolute
+
+
+def is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _inside(label: str, path: str, root: str) -> str:
+    relative = os.path.relpath(path, root)
+    return label if relative == os.curdir else f"{label}/{relative}"
+
+
+def shown_path(path: str, cwd: str, sources: Sequence[Any]) -> str:
+    """A path for outputs, given the catalog's sources (each with `label` and `root`).
+
+    Bundled skills are shown inside `<bundled>` (wherever the package is installed); other paths relative to the
+    notebook's folder when that is near, else relative to their source (`<session>/collection/skill`).
+    """
+    if not path:
+        return path
+    absolute = os.path.abspath(path)
+    ordered = sorted(sources, key=lambda s: s.label != "bundled")
+    for source in ordered:
+        if source.label == "bundled" and is_under(absolute, source.root):
+            return _inside(f"<{source.label}>", absolute, source.root)
+    shown = display_path(absolute, cwd)
+    if not os.path.isabs(shown) and not shown.startswith("~"):
+        return shown
+    for source in ordered:
+        if is_under(absolute, source.root):
+            return _inside(f"<{source.label}>", absolute, os.path.dirname(source.root))
+    return shown

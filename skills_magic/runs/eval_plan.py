@@ -1,0 +1,72 @@
+"""An eval run's variants (the strategy, a compared strategy or a folder of other skill versions) and running
+each, plain or through the Message Batches API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from skills_magic.errors import InvalidArgument
+from skills_magic.models.base import ModelClient, capabilities
+from skills_magic.runs import evals
+from skills_magic.skills.catalog import Catalog, Source
+
+STRATEGIES = ("plain", "forced")
+
+
+def variants(strategy: str, compare: str | None, find: Callable[[str], str]) -> list[tuple[str, str | None]]:
+    """(strategy, folder of other versions or None) per report: `compare` is a strategy or a folder."""
+    chosen = [(strategy, None)]
+    if compare:
+        chosen.append((compare, None) if compare in STRATEGIES else (strategy, find(compare)))
+    return chosen
+
+
+def skills_with(skills: list, folder: str | None) -> list:
+    """`skills`, with those found under `folder` taking precedence (another version of them)."""
+    if folder is None:
+        return list(skills)
+    other = Catalog([Source("compare", folder, explicit=True)]).scan().skills
+    names = {s.name for s in other}
+    return list(other) + [s for s in skills if s.name not in names]
+
+
+def resume_ids(batch: bool, resume: Any) -> Any:
+    """The `--resume` value as run_batch_eval takes it (a list for several batches, retries too)."""
+    if resume and not batch:
+        raise InvalidArgument("--resume continues a batch run: add --batch")
+    if isinstance(resume, str) and "," in resume:
+        return [part.strip() for part in resume.split(",") if part.strip()]
+    return resume
+
+
+def check_batch_client(client: ModelClient, batch: bool) -> None:
+    if batch and not capabilities(client).supports_batches:
+        raise InvalidArgument(f"--batch sends requests through the Message Batches API: it needs the Anthropic client "
+                              f"(ANTHROPIC_API_KEY, or %skills model anthropic), not {client.name!r}")
+
+
+def run_variants(catalog_skills: list, client: ModelClient, model_id: str, items, chosen: list[tuple[str, str | None]],
+                 *, runs: int, compare: str | None, behaviour: bool, batch: bool, resume: Any,
+                 show_path: Callable[[str], str], on_progress=None) -> list:
+    """One report per variant (a side-by-side comparison when there are two)."""
+    reports = []
+    for number, (strategy, folder) in enumerate(chosen):
+        skills = skills_with(catalog_skills, folder)
+        if folder is not None:
+            label = show_path(folder)
+        elif compare and compare not in STRATEGIES:
+            label = "catalog"
+        else:
+            label = strategy
+        options = dict(runs=runs, strategy=strategy, label=label, show_path=show_path, on_progress=on_progress)
+        if batch:
+            from skills_magic.runs.batch_evals import run_batch_eval
+
+            report = run_batch_eval(skills, client, model_id, items, batch_id=resume if number == 0 else None, **options)
+        else:
+            report = evals.run_eval(skills, client, model_id, items, **options)
+        if behaviour:
+            report.behaviour = evals.behaviour_evals(skills, client, model_id, items, show_path=show_path)
+        reports.append(report)
+    return reports

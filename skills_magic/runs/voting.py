@@ -1,0 +1,104 @@
+"""A verification run's seats (model voters and script voters), its worker-thread event loop, and what it leaves
+in the ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from skills_magic.errors import InvalidArgument
+from skills_magic.records.ledger import Ledger
+from skills_magic.runs import verify as v
+from skills_magic.skills.skill import Skill
+
+
+def seats(voters: Sequence[str], votes: int, model_seat: Callable[[], v.Voter], skill: Callable[[str], Skill],
+          gate) -> list[v.Voter]:
+    """The voters for `voters` seats: "model" or "script:SKILL:PATH" (a script runs only under an allow rule: a vote
+    cannot stop to ask a person); seats beyond those given are model seats, up to `votes`."""
+    from skills_magic.safety.requests import unattended
+
+    chosen: list[v.Voter] = []
+    for spec in list(voters) or ["model"]:
+        if spec == "model":
+            chosen.append(model_seat())
+        elif spec.startswith("script:") and spec.count(":") >= 2:
+            _, skill_name, path = spec.split(":", 2)
+            found = skill(skill_name)
+
+            def run(stdin: str, skill=found, path=path):
+                outcome = gate.run_script(skill, path, [], stdin, unattended)
+                if outcome.run is None:
+                    return None, outcome.error
+                if outcome.run.exit_code != 0:
+                    return None, f"{path} exit code {outcome.run.exit_code}: {outcome.run.stderr.strip()[:200]}"
+                return outcome.run.stdout, None
+
+            chosen.append(v.ScriptVoter(run, f"{found.name}:{path}"))
+        else:
+            raise InvalidArgument(f"a voter is `model` or `script:SKILL:PATH`, not {spec!r}")
+    while voters and len(chosen) < votes:  # seats not given are model seats
+        chosen.append(model_seat())
+    return chosen
+
+
+def one_model_voter(make_client: Callable[[], Any], model_id_for: Callable[[Any], str]) -> Callable[[], v.ModelVoter]:
+    """A seat maker for model seats: one model voter, made when a seat first needs it, shared by every model seat."""
+    made: list[v.ModelVoter] = []
+
+    def seat() -> v.ModelVoter:
+        if not made:
+            client = make_client()
+            made.append(v.ModelVoter(client, model_id_for(client)))
+        return made[0]
+
+    return seat
+
+
+def record_outcomes(ledger: Ledger, plan: str, result, votes: int) -> None:
+    """One observation per claim: its outcome and the votes behind it."""
+    for claim in result.claims:
+        counts = {s: sum(vote.status == s for vote in claim.votes) for s in ("upheld", "refuted", "abstained")}
+        ledger.observation(plan, f"claim verified by {votes} votes: {claim.outcome} (upheld {counts['upheld']}, "
+                                 f"refuted {counts['refuted']}, abstained {counts['abstained']}): {claim.claim.claim}")
+
+
+def run_in_loop_thread(make_coroutine):
+    """Run a coroutine to completion in a worker thread with its own event loop (a notebook's kernel already runs
+    one in the main thread). KeyboardInterrupt in the caller cancels it; the coroutine returns what it has."""
+    import asyncio
+    import threading
+
+    box: dict[str, Any] = {}
+    started, finished = threading.Event(), threading.Event()
+
+    def work() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            box["task"] = loop.create_task(make_coroutine())
+            box["loop"] = loop
+            started.set()
+            box["result"] = loop.run_until_complete(box["task"])
+        except BaseException as error:  # handed to the caller's thread
+            box["error"] = error
+        finally:
+            started.set()
+            loop.close()
+            finished.set()
+
+    thread = threading.Thread(target=work, name="skills-magic-verify", daemon=True)
+    thread.start()
+    # wait on an Event, not on join(): on Python <= 3.12 an interrupted join() can mark a live thread as stopped
+    cancelled = False
+    while not finished.is_set():
+        try:
+            finished.wait(0.1)
+        except KeyboardInterrupt:
+            if not cancelled:
+                cancelled = True
+                started.wait()
+                if "loop" in box:
+                    box["loop"].call_soon_threadsafe(box["task"].cancel)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]

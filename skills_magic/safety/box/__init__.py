@@ -1,0 +1,1 @@
+"""The sandbox's parts: what a run may use (grants and limits), what it never sees (masks), the system calls it may not make (seccomp), the cgroups that bound it as a whole, and the namespace layers around bubblewrap."""
