@@ -8,7 +8,10 @@
                                           exit 0 all judged, 1 a prediction is open, 2 could not read (or usage)
   skills-magic ledger export [--db FILE] [--plan SLUG] [--format jsonl|md]
   skills-magic run-notebook NOTEBOOK...   execute notebooks headless and print their outputs
-                                          (--output-dir DIR: save executed copies; --inplace: refresh them)
+                                          (--output-dir DIR: save executed copies; --inplace: refresh them;
+                                          -p NAME VALUE: a parameter, after the cell tagged `parameters`)
+                                          exit 0 all ran, 1 a cell failed (one line; the partial notebook
+                                          is written), 2 usage error
   skills-magic trust [FILE] [--revoke]    show every rule of a project's skills-policy.yaml (default: here) and
                                           trust these exact bytes, or forget them (exit 2: no such file)
   skills-magic apply RUN [PATH...]        copy what a sandboxed run wrote in this folder (copy-on-write until
@@ -25,7 +28,7 @@ from collections.abc import Sequence
 
 from skills_magic.errors import SkillsMagicError
 from skills_magic.paths import display_path
-from skills_magic.runs.notebooks import NotebookRunnerMissing
+from skills_magic.runs.notebooks import CellFailed, NotebookRunnerMissing
 from skills_magic.session import SkillsSession
 from skills_magic.skills.catalog import Source
 
@@ -63,9 +66,15 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--db")
     export.add_argument("--plan")
     export.add_argument("--format", choices=["jsonl", "md"], default="jsonl")
-    run = sub.add_parser("run-notebook", help="execute notebooks headless and print their text outputs")
+    run = sub.add_parser("run-notebook", help="execute notebooks headless and print their text outputs",
+                         epilog="exit codes: 0 every cell ran, 1 a cell failed (its error in one line; the notebook "
+                                "executed up to it is written to --output-dir, in place with --inplace, else beside "
+                                "it as NAME.failed.ipynb), 2 a usage error")
     run.add_argument("notebooks", nargs="+")
     run.add_argument("--timeout", type=int, default=600)
+    run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                     help="set NAME = VALUE in a new cell after the cell tagged `parameters` (papermill's "
+                          "convention); VALUE is a Python literal when it is one (3, 0.5, [1, 2], None), else a string")
     output = run.add_mutually_exclusive_group()
     output.add_argument("--inplace", action="store_true", help="save the outputs into the notebook (no timing metadata)")
     output.add_argument("--output-dir", help="write the executed notebooks into this folder")
@@ -137,9 +146,17 @@ def _run_notebook(args) -> int:
 
     try:
         written = _session().run_notebooks(args.notebooks, timeout=args.timeout, inplace=args.inplace,
-                                           output_dir=args.output_dir, on_notebook=shown)
+                                           output_dir=args.output_dir, parameters=args.parameter, on_notebook=shown)
     except NotebookRunnerMissing as error:
         print(error, file=sys.stderr)
+        return EXIT_USAGE
+    except CellFailed as failure:  # the cells that ran, then the failure as one line (the traceback is in the file)
+        shown(failure.path, failure.cells)
+        print(f"skills-magic: {failure}", file=sys.stderr)
+        print(f"skills-magic: the notebook as executed up to that cell: {failure.partial}", file=sys.stderr)
+        return EXIT_INVALID
+    except SkillsMagicError as error:  # a bad -p NAME, a notebook without a `parameters` cell
+        print(f"skills-magic: {error}", file=sys.stderr)
         return EXIT_USAGE
     if written:
         print("executed notebooks, with their outputs (open them in Jupyter):")
@@ -163,7 +180,8 @@ def _ledger(args) -> int:
         print(f"skills-magic: {error}", file=sys.stderr)
         return EXIT_USAGE
     for plan, open_ in sorted(check.plans.items()):
-        print(gate_message(plan, open_) if open_ else f"{plan}: 0 open predictions")
+        qualified = plan in check.several_sessions  # a plan of several sessions: `2:P1` says whose P1 is open
+        print(gate_message(plan, open_, qualified) if open_ else f"{plan}: 0 open predictions")
     if not check.plans:
         if check.from_notebook:
             # an executed notebook that should carry a record and carries none is not a pass

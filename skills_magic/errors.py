@@ -19,6 +19,17 @@ class SkillNotFound(SkillsMagicError, LookupError):
         super().__init__(f"no skill named {name!r} in the catalog{hint}; `%skills list` shows the names")
 
 
+class SkillSkipped(SkillNotFound):
+    """A SKILL.md of that name was found, but the catalog skipped it: it could not be loaded (broken YAML, a missing
+    field). `reasons` are its blocking problems, each with file and line."""
+
+    def __init__(self, name: str, reasons: list[str]):
+        self.name, self.suggestions, self.reasons = name, [], list(reasons)
+        SkillsMagicError.__init__(self, f"skill {name!r} was skipped when the catalog was read, so it is not listed "
+                                        f"and cannot be used: {'; '.join(self.reasons)}; fix its SKILL.md "
+                                        f"(`%skills validate {name}` gives the strict verdict)")
+
+
 class PathError(SkillsMagicError):
     """An error about one path, kept as `path`; the message is the class's MESSAGE with the path filled in."""
 

@@ -11,21 +11,34 @@ MAX_PARENT_HOPS = 3  # shown paths may climb this many folders from the cwd befo
 
 
 def display_path(path: str, cwd: str | None = None) -> str:
-    """A path as shown in outputs: relative to the notebook's folder, so outputs are the same on every clone."""
+    """A path as shown in outputs: relative to the notebook's folder, so outputs are the same on every clone; a path
+    in the home folder that the notebook's folder shares no folder inside home with (`~/.agents/skills` seen from
+    a project elsewhere, or from another project in home) as `~/...`, never as `../../../root/...`."""
     if not path:
         return path
-    cwd = cwd or os.getcwd()
+    cwd = os.path.abspath(cwd or os.getcwd())
     absolute = os.path.abspath(path)
+    home = os.path.expanduser("~")
+    in_home = home not in ("", os.sep) and is_under(absolute, home)
+    if in_home and not is_under(absolute, cwd) and not _meet_inside(absolute, cwd, home):
+        return "~" + absolute[len(home) :]
     try:
         relative = os.path.relpath(absolute, cwd)
     except ValueError:  # another drive on Windows
         relative = absolute
     if relative.split(os.sep)[: MAX_PARENT_HOPS + 1].count(os.pardir) <= MAX_PARENT_HOPS:
         return relative
-    home = os.path.expanduser("~")
-    if absolute.startswith(home + os.sep):
-        return "~" + absolute[len(home) :]
-    return absolute
+    return "~" + absolute[len(home) :] if in_home else absolute
+
+
+def _meet_inside(path: str, cwd: str, home: str) -> bool:
+    """Whether `path` and `cwd` meet in a folder inside `home` (one project's folders): then a relative path reads
+    the same on every clone of it, wherever it sits."""
+    try:
+        common = os.path.commonpath([path, cwd])
+    except ValueError:  # another drive on Windows
+        return False
+    return common != home and is_under(common, home)
 
 
 def is_under(path: str, root: str) -> bool:
@@ -41,7 +54,8 @@ def shown_path(path: str, cwd: str, sources: Sequence[Any]) -> str:
     """A path for outputs, given the catalog's sources (each with `label` and `root`).
 
     Bundled skills are shown inside `<bundled>` (wherever the package is installed); other paths relative to the
-    notebook's folder when that is near, else relative to their source (`<session>/collection/skill`).
+    notebook's folder when that is near, or in the home folder as `~/...`, else relative to their source
+    (`<session>/collection/skill`).
     """
     if not path:
         return path
@@ -51,7 +65,7 @@ def shown_path(path: str, cwd: str, sources: Sequence[Any]) -> str:
         if source.label == "bundled" and is_under(absolute, source.root):
             return _inside(f"<{source.label}>", absolute, source.root)
     shown = display_path(absolute, cwd)
-    if not os.path.isabs(shown) and not shown.startswith("~"):
+    if not os.path.isabs(shown):  # relative to the notebook, or `~/...`: the same on every clone
         return shown
     for source in ordered:
         if is_under(absolute, source.root):

@@ -8,23 +8,22 @@ records/. Nothing here imports IPython.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from skills_magic.errors import InvalidArgument, NotASkillSource, SkillNotFound, SourceNotFound
+from skills_magic.errors import InvalidArgument, NotASkillSource, SourceNotFound
 from skills_magic.models import base, choice
-from skills_magic.models.replay import RecordingModel, ReplayModel
 from skills_magic.paths import display_path, shown_path  # noqa: F401  (display_path re-exported: its home before the split)
 from skills_magic.records import ledger_check
 from skills_magic.records.audit import AuditLog
 from skills_magic.records.db import Database, resolve_path
 from skills_magic.records.ledger import Ledger, NoPlan, plan_name
-from skills_magic.runs import eval_plan, evals, experiment, notebooks, script_tool, voting
+from skills_magic.runs import conversation, eval_plan, evals, experiment, notebooks, pytools, script_tool, voting
+from skills_magic.runs import inputs as kernel_inputs
 from skills_magic.runs import verify as v  # the constants a verification's options default to
 from skills_magic.runs.experiment import LEDGER_METADATA_KEY, LEDGER_OUTPUT_CHARS  # noqa: F401  (re-exported)
 from skills_magic.runs.script_tool import MAX_LISTED_OUTPUTS, MAX_TOOL_RESULT_CHARS  # noqa: F401  (re-exported)
@@ -39,7 +38,7 @@ from skills_magic.skills.catalog import Catalog, CatalogScan, Source, SourceStat
 from skills_magic.skills.lint import lint_path, lint_skill
 from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS, Listing, text_listing
 from skills_magic.skills.skill import Diagnostic, Skill
-from skills_magic.skills.validate import Verdict, load_skill, validate_folder, validate_path
+from skills_magic.skills.validate import Verdict, validate_folder, validate_path
 from skills_magic.skills.writing import WRITE_FOLDER
 
 if TYPE_CHECKING:
@@ -49,7 +48,8 @@ RUNS_FOLDER = os.path.join(".skills", "runs")  # each sandboxed run's scratch fo
 
 
 class SkillsSession:
-    """The catalog of one kernel, and the operations the front ends offer on it."""
+    """The catalog of one kernel, and the operations the front ends offer on it, in the order of the house: the
+    catalog, models, records, runs, safety, the checks a CI job runs too, and values the views show."""
 
     def __init__(self, sources: list[Source] | None = None, cwd: str | None = None, extra_paths: list[str] | tuple = (),
                  allow: Sequence[str] = (), deny: Sequence[str] = ()):
@@ -70,9 +70,9 @@ class SkillsSession:
         self.model_id: str | None = None  # chosen with `%skills model ID`
         self.last_run: RunResult | None = None
         self.last_run_seconds: float | None = None
+        self.conversation = conversation.Conversation()  # what `%%skill run --continue` goes on with
+        self.tools = pytools.ToolRegistry(audit=self._audit)  # the user's Python functions offered to the model
         self._listings: dict[tuple[int | None, str | None], tuple[CatalogScan, Listing, str]] = {}
-
-    # --- catalog ------------------------------------------------------------------------------------------------
 
     def scan(self) -> CatalogScan:
         return self.catalog.scan()
@@ -91,7 +91,7 @@ class SkillsSession:
         scan = self.scan()
         found = scan.get(name)
         if found is None:
-            raise SkillNotFound(name, difflib.get_close_matches(name, scan.names(), n=3))
+            raise scan.not_found(name, self.show_path)  # a skipped skill: why, with file and line
         return found
 
     def listing(self, budget: int | None = None, source: str | None = None) -> tuple[CatalogScan, Listing, str]:
@@ -119,21 +119,21 @@ class SkillsSession:
         scan = self.scan()
         if target is None:
             return [validate_folder(f) for f in [s.folder for s in scan.skills] + [os.path.dirname(r.path) for r in scan.skipped]]
-        found = scan.get(target)
-        if found is not None:
-            return [validate_folder(found.folder)]
+        folder = scan.folder_of(target)  # a listed skill's, or a skipped one's (its verdict says why)
+        if folder is not None:
+            return [validate_folder(folder)]
         path = os.path.join(self.cwd, os.path.expanduser(target))
         if not os.path.exists(path):
-            raise SkillNotFound(target, difflib.get_close_matches(target, scan.names(), n=3))
+            raise scan.not_found(target, self.show_path)
         return validate_path(path)
 
-    def write_skill(self, name: str, text: str, folder: str | None = None):
-        """`%%skill write`: NAME/SKILL.md written, validated, and its folder a source; (verdict, the skill written)."""
+    def write_skill(self, target: str, text: str, folder: str | None = None, overwrite: bool = True) -> writing.WrittenFile:
+        """`%%skill write NAME[/scripts/FILE]`: the file written, the whole skill validated, its folder a source."""
         root = os.path.join(self.cwd, os.path.expanduser(folder or WRITE_FOLDER))
-        target = writing.write_skill_file(root, name, text, self.cwd)
-        self.catalog.add(root)
-        # the skill just written (another source may win in the catalog under this name)
-        return validate_folder(target), load_skill(os.path.join(target, "SKILL.md")).skill
+        written = writing.write_skill_file(root, target, text, self.cwd, overwrite)
+        if not writing.already_listed(self.catalog.sources, root):  # else `.skills/written`, a source in every session
+            self.catalog.add(root)  # for this session: a --dir folder, or .skills/written left out by SKILLS_MAGIC_SOURCES
+        return written
 
     def show_path(self, path: str) -> str:
         """A path for outputs: the same on every machine and clone, so notebooks re-run identically."""
@@ -145,8 +145,6 @@ class SkillsSession:
         if not os.path.exists(absolute):
             raise SourceNotFound(path)
         return absolute
-
-    # --- models -------------------------------------------------------------------------------------------------
 
     def choose_model(self, kind: str | None = None, value: str | None = None) -> base.ModelClient | None:
         """`%skills model`: `anthropic [ID]`, `scripted FILE`, `replay CASSETTE`, a model id, or `auto` (the default)."""
@@ -163,8 +161,6 @@ class SkillsSession:
                          ) -> str:
         """--model, else the explicitly run skill's own `model`, else `%skills model ID`, SKILLS_MAGIC_MODEL, default."""
         return choice.model_id_for(client, explicit, skill.frontmatter.model if skill is not None else None, self.model_id)
-
-    # --- records: audit and ledger ------------------------------------------------------------------------------
 
     @functools.cached_property
     def database(self) -> Database:
@@ -198,31 +194,33 @@ class SkillsSession:
         wanted = self.ledger_for_model or experiment.asks_for_ledger(skill)
         return experiment.experiment_tool(self.ledger, self.current_plan()) if wanted else None
 
-    # --- runs ---------------------------------------------------------------------------------------------------
-
     def run(self, task: str, skill: str | None = None, arguments: Sequence[str] = (), *, model: str | None = None,
             max_turns: int | None = None, record: str | None = None, replay: str | None = None,
             on_text: Callable[[str], None] | None = None, on_event: Callable[[str, Any], None] | None = None,
-            asker=None) -> RunResult:
-        """Run a task through the agent loop; with `skill`, that skill is activated explicitly."""
+            asker=None, inputs: Mapping[str, Any] | None = None, continue_conversation: bool = False) -> RunResult:
+        """Run a task through the agent loop; with `skill`, that skill is activated explicitly; `inputs`: kernel
+        objects handed to the run by name (`--with`)."""
         from skills_magic.runs.agent import DEFAULT_MAX_TURNS, Agent
 
         chosen = self.skill(skill) if skill is not None else None
-        client: base.ModelClient = ReplayModel(self._path(replay)) if replay is not None else self.client()
-        if record is not None:
-            client = RecordingModel(client, os.path.join(self.cwd, record))
+        start = self.conversation.start(continue_conversation)  # NothingToContinue before anything is spent
+        client = start.client(replay and self._path(replay), record and os.path.join(self.cwd, record), self.client)
         placeholders = base.capabilities(client).placeholders
-        tool = script_tool.ScriptTool(self.gate(), asker or self.asker, placeholders if isinstance(placeholders, dict) else None)
+        task, inputs_folder, written = kernel_inputs.prepare(task, inputs or {}, self.cwd)
+        tool = script_tool.ScriptTool(self.gate().with_inputs(inputs_folder), asker or self.asker, placeholders if isinstance(placeholders, dict) else None)
         agent = Agent(self.scan().skills, client, self.resolve_model_id(client, model, chosen),
                       show_path=self.show_path, session_id=self.session_id, budget=self.budget,
                       max_turns=max_turns or DEFAULT_MAX_TURNS, run_script=tool.run_script,
-                      expand_inline=tool.expand_inline, ledger=self._ledger_tool(chosen))
+                      expand_inline=tool.expand_inline, ledger=self._ledger_tool(chosen), python_tools=self.tools)
         started = time.perf_counter()
         try:
-            result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event)
+            result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event, **start.options())
         finally:
             self.last_run_seconds = time.perf_counter() - started
         self.last_run = tool.kept_in(result)
+        self.last_run.inputs = written
+        self.last_run.seconds = self.last_run_seconds
+        self.conversation.advance(start, self.last_run, agent.activated, client)
         return self.last_run
 
     def _script_runner(self, asker, placeholders: dict[str, str] | None = None):
@@ -230,12 +228,15 @@ class SkillsSession:
         tool = script_tool.ScriptTool(self.gate(), asker, placeholders)
         return tool.run_script, tool.expand_inline
 
-    def run_script(self, skill: str, script: str, stdin: str = "", arguments: Sequence[str] = ()) -> RunResult:
+    def run_script(self, skill: str, script: str, stdin: str = "", arguments: Sequence[str] = (),
+                   inputs: Mapping[str, Any] | None = None) -> RunResult:
         """`--no-model --script`: the user runs a skill's script through the gate (typing it answers the prompt)."""
         chosen = self.skill(skill)
         started = time.perf_counter()
-        self.last_run = script_tool.run_directly(self.gate(), chosen, script, stdin, arguments, self.asker)
-        self.last_run_seconds = time.perf_counter() - started
+        folder, written = kernel_inputs.write_inputs(inputs, self.cwd) if inputs else (None, [])
+        self.last_run = script_tool.run_directly(self.gate().with_inputs(folder), chosen, script, stdin, arguments, self.asker)
+        self.last_run_seconds, self.last_run.inputs = time.perf_counter() - started, written
+        self.last_run.seconds = self.last_run_seconds
         return self.last_run
 
     def verify(self, claims, *, votes: int | None = None, refutations: int | None = None, concurrency: int | None = None,
@@ -273,8 +274,6 @@ class SkillsSession:
                                       compare=compare, behaviour=behaviour, batch=batch, resume=resume,
                                       show_path=self.show_path, on_progress=on_progress)
 
-    # --- safety: the gate, the user's decisions, a run's changes ------------------------------------------------
-
     def gate(self):
         return Gate(self.policy, self.manifest, self._audit, scratch_root=os.path.join(self.cwd, RUNS_FOLDER),
                     protected=self.control_files(), working_folder=self.cwd)
@@ -311,8 +310,6 @@ class SkillsSession:
         """`%skills apply RUN [PATH...]`: copy what the run changed into this folder (`pending.apply_runs`)."""
         return pending.apply_runs(self._run_folders(run), os.path.realpath(self.cwd), paths, run, self.control_files(),
                                   self._audit)
-
-    # --- checks a CI job runs too: lint, to-prompt, the ledger gate, notebooks run headless ----------------------
 
     def lint(self, target: str | Skill | None = None) -> dict[str, list]:
         """Description lint findings: of a catalog skill (by name), of a skill object, or of every catalog skill."""

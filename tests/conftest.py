@@ -61,7 +61,7 @@ NO_SANDBOX = ("runs a skill's script, which needs the bubblewrap sandbox here ({
               "(apt-get install bubblewrap) to run this test")
 # notebooks whose cells run scripts: without a sandbox those runs are refused, so their stored outputs cannot match
 NOTEBOOKS_RUNNING_SCRIPTS = ("02-model-runs.ipynb", "03-permissions.ipynb", "04-experiment-ledger.ipynb",
-                             "06-source-verification.ipynb")
+                             "06-source-verification.ipynb", "08-notebook-data.ipynb")
 
 
 def _sandbox():

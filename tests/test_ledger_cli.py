@@ -134,9 +134,10 @@ def test_export_jsonl_writes_every_entry_as_one_json_object_per_line(db, tmp_pat
     entries = [json.loads(line) for line in lines]
     assert all(isinstance(e, dict) for e in entries) and len(entries) == 6
     expected = [e.to_dict() for e in make_ledger(db).entries()]
-    assert [{k: v for k, v in e.items() if k != "at"} for e in entries] == expected
+    assert [{k: v for k, v in e.items() if k not in ("at", "session", "session_id")} for e in entries] == expected
     assert all(e["at"].endswith("Z") for e in entries)
-    assert entries[1] == {**expected[1], "at": entries[1]["at"]}
+    assert all(e["session"] == 1 and e["session_id"] == "cli-test" for e in entries)  # which kernel wrote it
+    assert entries[1] == {**expected[1], "at": entries[1]["at"], "session": 1, "session_id": "cli-test"}
     assert entries[1]["falsified_by"] == 'python3 profile.py "weather.csv"'
     assert cli("export", "--db", str(db), "--format", "jsonl", cwd=tmp_path).stdout == result.stdout
 

@@ -108,7 +108,7 @@ def test_list_shows_the_headline_and_a_table(ip, magics):
     ledger(ip, 'verdict P1 refuted --evidence "no gaps at all"')
     view = ledger(ip, "list")
     lines = view.text().splitlines()
-    assert lines[0] == "sci.demo: 4 entries, 1 open predictions"
+    assert lines[0] == "sci.demo: 4 entries, 1 open prediction"
     assert lines[1].split() == ["id", "kind", "text", "links"]
     assert lines[2].split()[:2] == ["H1", "hypothesis"]
     # a table row is one line with single spaces; the data keeps the text verbatim
@@ -117,7 +117,7 @@ def test_list_shows_the_headline_and_a_table(ip, magics):
     assert [e["text"] for e in view.data()["entries"] if e["label"] == "P2"] == ["rain_mm  is numeric"]
     assert any(line.split()[:3] == ["V1", "verdict", "refuted"] and "evidence: no gaps at all" in line for line in lines)
     html = view._repr_mimebundle_()[0]["text/html"]
-    assert "<b>sci.demo: 4 entries, 1 open predictions</b>" in html and "<table>" in html
+    assert "<b>sci.demo: 4 entries, 1 open prediction</b>" in html and "<table>" in html
     assert view.data()["total"] == 4 and view.data()["open"] == 1 and len(view.data()["entries"]) == 4
 
 
@@ -267,8 +267,9 @@ def test_every_ledger_view_has_text_html_and_ledger_json_with_times_and_path_in_
         bundle, metadata = view._repr_mimebundle_()
         assert {"text/plain", "text/html", LEDGER_MIME} <= set(bundle), view
         assert bundle["text/plain"] == view.text()
-        assert set(metadata[LEDGER_MIME]) == {"at", "database"}
+        assert set(metadata[LEDGER_MIME]) == {"at", "session", "database"}
         assert metadata[LEDGER_MIME]["database"] == "ledger.sqlite"  # relative to the notebook's folder
+        assert set(metadata[LEDGER_MIME]["session"]) <= {1}  # which session of the plan wrote each entry
         assert all(TIMESTAMP.match(at) for at in metadata[LEDGER_MIME]["at"])
         assert _no_timestamps(bundle[LEDGER_MIME])
         json.dumps(bundle[LEDGER_MIME])  # plain JSON

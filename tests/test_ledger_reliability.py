@@ -87,15 +87,19 @@ def rows(path: Path) -> list[sqlite3.Row]:
 
 
 def assert_labels_unique_and_contiguous(all_rows) -> Counter:
-    """Per plan and kind, the labels are exactly 1..n, once each, and match the number column."""
-    by_kind: dict[tuple[str, str], list[int]] = {}
+    """Per plan, session and kind (labels are numbered within a session), the labels are exactly 1..n, once each,
+    and match the number column. Returns the count per plan and kind, every session together."""
+    by_kind: dict[tuple[str, str, str], list[int]] = {}
     for r in all_rows:
         match = LABEL.fullmatch(r["label"])
         assert match and match.group(1) == PREFIX[r["kind"]] and int(match.group(2)) == r["number"], dict(r)
-        by_kind.setdefault((r["plan"], r["kind"]), []).append(r["number"])
+        by_kind.setdefault((r["plan"], r["session"], r["kind"]), []).append(r["number"])
     for key, numbers in by_kind.items():
         assert sorted(numbers) == list(range(1, len(numbers) + 1)), key
-    return Counter({key: len(numbers) for key, numbers in by_kind.items()})
+    counts: Counter = Counter()
+    for (plan, _, kind), numbers in by_kind.items():
+        counts[(plan, kind)] += len(numbers)
+    return counts
 
 
 def start(path: Path, *args: str) -> subprocess.Popen:
@@ -128,7 +132,7 @@ def test_two_processes_appending_a_thousand_entries_each_lose_nothing(tmp_path):
     assert {(r["session"], r["text"]) for r in found} == {(t, f"{t} {i}") for t in "ab" for i in range(1000)}
     counts = assert_labels_unique_and_contiguous(found)
     assert counts == {(PLAN, "hypothesis"): 668, (PLAN, "observation"): 666, (PLAN, "conclusion"): 666}
-    assert len({r["label"] for r in found}) == 2000
+    assert len({(r["session"], r["label"]) for r in found}) == 2000  # each session numbers its own
     check = raw(path)
     assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
@@ -286,7 +290,7 @@ def test_a_writer_killed_mid_append_leaves_a_sound_file(tmp_path):
         for p in state.open:
             ledger.skip("demo", p.label, "its writer was killed")
         entry = ledger.hypothesis("demo", "after the kill")  # a new writer carries on after the killed one
-        assert entry.label == f"H{counts[(PLAN, 'hypothesis')] + 1}"
+        assert entry.label == f"H{kill + 1}"  # its session's own numbering (the looper's continues its own: above)
         hypotheses = counts[(PLAN, "hypothesis")] + 1
         assert ledger.gate("demo").open_count == 0
 
@@ -379,7 +383,7 @@ REFUSED = {
     "blank-text": entry("hypothesis", "H9", "   "),
     "missing-text": entry("hypothesis", "H9", None),
     "missing-at": entry("hypothesis", "H9", at=None),
-    "duplicate-label": entry("hypothesis", "H1", "again", number=1),
+    "duplicate-label": entry("hypothesis", "H1", "again", number=1, session="s"),  # labels are per session: the same one
 }
 
 

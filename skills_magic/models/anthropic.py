@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from skills_magic.errors import InvalidSetting
-from skills_magic.models.base import ModelError, Request, Response, TextCallback
+from skills_magic.models.base import ModelError, NoModelConfigured, Request, Response, TextCallback
 
 DEFAULT_MODEL = "claude-sonnet-5-5"  # a current Claude model; `%skills model`, SKILLS_MAGIC_MODEL or --model change it
 MODEL_VARIABLE = "SKILLS_MAGIC_MODEL"
@@ -32,6 +32,12 @@ _STATUS_KINDS = {400: "bad_request", 401: "authentication", 403: "permission", 4
 _ERROR_TYPE_KINDS = {"overloaded_error": "overloaded", "rate_limit_error": "rate_limit", "api_error": "server",
                      "authentication_error": "authentication", "permission_error": "permission",
                      "invalid_request_error": "bad_request", "request_too_large": "too_large", "timeout_error": "timeout"}
+
+# the headers a request authenticates with: without one (and no credentials provider) the SDK fails every request
+# with a TypeError ("Could not resolve authentication method") deep in its request building
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key"})
+# variables that name a credential the user chose on purpose: when the SDK cannot load it, its own message says why
+CHOSEN_CREDENTIAL_VARIABLES = ("ANTHROPIC_PROFILE", "ANTHROPIC_IDENTITY_TOKEN", "ANTHROPIC_IDENTITY_TOKEN_FILE")
 
 _warm: threading.Thread | None = None
 
@@ -89,6 +95,24 @@ def model_error(error: Exception, secret: str | None) -> ModelError:
     return ModelError(_scrub(f"{type(error).__name__}: {error}", secret))
 
 
+def _authenticated(make, **options):
+    """An SDK client that can authenticate, or NoModelConfigured (the paragraph `auto` gives) before any request:
+    with no key, token, profile or credential header the SDK would fail each request with a TypeError traceback."""
+    import anthropic
+
+    try:
+        sdk = make(**options)
+    except anthropic.CredentialsError:
+        # a profile or identity the user named that cannot be loaded: the SDK's message says which and why
+        if any(os.environ.get(name) for name in CHOSEN_CREDENTIAL_VARIABLES):
+            raise
+        raise NoModelConfigured() from None  # only the default profile was looked for, and there is none
+    headers = {name.lower() for name, value in sdk.default_headers.items() if isinstance(value, str) and value}
+    if sdk.credentials is None and not headers & CREDENTIAL_HEADERS:
+        raise NoModelConfigured()
+    return sdk
+
+
 class AnthropicModel:
     """The Messages API through `anthropic.Anthropic` / `anthropic.AsyncAnthropic`."""
 
@@ -131,14 +155,14 @@ class AnthropicModel:
         if self._sync is None:
             import anthropic
 
-            self._sync = anthropic.Anthropic(**self._options(), http_client=self._http_client)
+            self._sync = _authenticated(anthropic.Anthropic, **self._options(), http_client=self._http_client)
         return self._sync
 
     def async_client(self):
         if self._async is None:
             import anthropic
 
-            self._async = anthropic.AsyncAnthropic(**self._options(), http_client=self._async_http_client)
+            self._async = _authenticated(anthropic.AsyncAnthropic, **self._options(), http_client=self._async_http_client)
         return self._async
 
     def create(self, request: Request, on_text: TextCallback | None = None) -> Response:

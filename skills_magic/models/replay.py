@@ -6,6 +6,9 @@ by `skills_magic.redact` (a secret environment variable's value becomes `[redact
 webhook URL or a token such as `sk-ant-...` in a tool result becomes `***`). Values that change on every run
 (the session id a skill body may contain) are written as placeholders. Replay compares each request with the
 recorded one and fails with a readable diff when they differ, never silently serving a mismatched answer.
+
+A conversation across cells (`%%skill run --continue`) is one cassette: each cell's exchanges follow the earlier
+cells' (`keep`), and replaying the cells in order serves each its own (`start`).
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ class _Placeholders:
 class RecordingModel(_Placeholders):
     """Wraps a real client and appends each exchange to a cassette (rewritten whole, so a stopped run keeps its part)."""
 
-    def __init__(self, inner: ModelClient, path: str | os.PathLike):
+    def __init__(self, inner: ModelClient, path: str | os.PathLike, keep: int = 0):
+        """With `keep`, the cassette's first `keep` exchanges stay and the new ones follow them (a conversation
+        recorded across cells: `--continue --record FILE` after `--record FILE`)."""
         super().__init__()
         self.inner = inner
         self.name = f"{inner.name}+record"
@@ -66,6 +71,16 @@ class RecordingModel(_Placeholders):
         self.path = os.fspath(path)
         self.source = self.path  # the cassette being written
         self.exchanges: list[dict[str, Any]] = []
+        if keep:
+            try:
+                recorded_model, earlier = read_cassette(self.path)
+            except (OSError, ReplayMismatch):  # moved away or overwritten since the last cell: nothing to go on from
+                recorded_model, earlier = None, []
+            if len(earlier) < keep:
+                raise ModelError(f"cannot go on recording {os.path.basename(self.path)}: it holds {len(earlier)} of the "
+                                 f"{keep} exchanges the conversation recorded in it so far; record it again from the "
+                                 "start (`%skills reset`, then --record)", kind="record")
+            self.model, self.exchanges = recorded_model or self.model, earlier[:keep]
         try:  # before any model call: a cassette that cannot be written must not cost a paid call first
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             self._write()
@@ -77,6 +92,11 @@ class RecordingModel(_Placeholders):
         with open(self.path, "w", encoding="utf-8") as handle:
             json.dump(cassette, handle, indent=1, ensure_ascii=False, sort_keys=True)
             handle.write("\n")
+
+    @property
+    def cassette_position(self) -> tuple[str, int]:
+        """(the cassette, how many exchanges it holds now): where a continued conversation's next cell goes on."""
+        return self.path, len(self.exchanges)
 
     def _record(self, request: Request, response: Response) -> None:
         self.model = request.get("model", self.model)  # the id the requests carry, which a replay must send again
@@ -94,6 +114,22 @@ class RecordingModel(_Placeholders):
         return response
 
 
+def read_cassette(path: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """(the model id the recorded requests carry, the exchanges) of a cassette; ReplayMismatch when it is not one."""
+    not_a_cassette = ReplayMismatch(f"{os.path.basename(path)} is not a version-{CASSETTE_VERSION} skills-magic cassette")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            cassette = json.load(handle)
+    except (ValueError, UnicodeDecodeError):
+        raise not_a_cassette from None
+    exchanges = cassette.get("exchanges") if isinstance(cassette, dict) else None
+    if not isinstance(exchanges, list) or cassette.get("version") != CASSETTE_VERSION or not all(
+        isinstance(e, dict) and isinstance(e.get("request"), dict) and isinstance(e.get("response"), dict) for e in exchanges
+    ):
+        raise not_a_cassette
+    return cassette.get("model"), exchanges
+
+
 def _pretty(value: Any) -> list[str]:
     return json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True).splitlines()
 
@@ -103,25 +139,20 @@ class ReplayModel(_Placeholders):
 
     name = "replay"
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, start: int = 0):
+        """With `start`, the first `start` exchanges were served to earlier cells of the same conversation
+        (`--continue --replay FILE`): replay goes on from there."""
         super().__init__()
         self.path = os.fspath(path)
         self.source = self.path  # the cassette being replayed
-        not_a_cassette = ReplayMismatch(f"{os.path.basename(self.path)} is not a version-{CASSETTE_VERSION} skills-magic cassette")
-        try:
-            with open(self.path, encoding="utf-8") as handle:
-                cassette = json.load(handle)
-        except (ValueError, UnicodeDecodeError):
-            raise not_a_cassette from None
-        exchanges = cassette.get("exchanges") if isinstance(cassette, dict) else None
-        if not isinstance(exchanges, list) or cassette.get("version") != CASSETTE_VERSION or not all(
-            isinstance(e, dict) and isinstance(e.get("request"), dict) and isinstance(e.get("response"), dict) for e in exchanges
-        ):
-            raise not_a_cassette
-        self.recorded_model = cassette.get("model")  # the model id the recorded requests carry
+        self.recorded_model, self.exchanges = read_cassette(self.path)  # the model id the recorded requests carry
         self.model = self.recorded_model  # what the session read before `recorded_model` (kept for older callers)
-        self.exchanges: list[dict[str, Any]] = exchanges
-        self.position = 0
+        self.position = start
+
+    @property
+    def cassette_position(self) -> tuple[str, int]:
+        """(the cassette, how many exchanges were served): where a continued conversation's next cell goes on."""
+        return self.path, self.position
 
     def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
         if self.position >= len(self.exchanges):

@@ -11,6 +11,10 @@ A turn is one of:
 A turn with `when` (a string or a list of strings) answers the first request whose JSON contains all of them, in
 any order of calls: concurrent callers (verification votes) then get the same answers on every run. `delay`
 (seconds) makes `acreate` wait that long first, like a model taking its time.
+
+Turns are used once, across runs: a file may script several runs in a row (or a conversation over cells). Used up,
+the next call fails naming the way to start again (`%skills model scripted FILE` reads the file afresh;
+`rewind()` in Python); it never starts over by itself, which would answer a later run with an earlier run's turns.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from skills_magic.errors import SkillsMagicError
 from skills_magic.models.base import ModelError, Request, Response, TextCallback
+from skills_magic.paths import display_path
 
 Turn = str | dict[str, Any] | Callable[[Request], Any]
 
@@ -94,6 +99,7 @@ class ScriptedModel:
         self.source = source
         self.requests: list[Request] = []
         self._used: set[int] = set()
+        self._first_request = 0  # requests before the last rewind() do not count in "request N"
         self._lock = threading.Lock()  # concurrent callers (votes in threads) take distinct turns
 
     @classmethod
@@ -103,6 +109,18 @@ class ScriptedModel:
     @property
     def remaining(self) -> int:
         return len(self.turns) - len(self._used)
+
+    def rewind(self) -> None:
+        """Every declared turn unused again: the script starts over (the requests seen so far are kept)."""
+        with self._lock:
+            self._used.clear()
+            self._first_request = len(self.requests)
+
+    def _start_again(self) -> str:
+        """How to start a used-up script again, for the error that says it is used up."""
+        if self.source is None:
+            return "`model.rewind()` starts its turns again"
+        return f"`%skills model scripted {display_path(self.source)}` starts the file again"
 
     def _next(self, request: Request) -> tuple[int, Any]:
         """The turn that answers this request: the first unused matching `when` turn, else the next plain one."""
@@ -125,8 +143,8 @@ class ScriptedModel:
                     return index, turn
         if self.responder is not None:
             return len(self.requests) - 1, self.responder
-        raise ModelError(f"the script has no turn left for request {len(self.requests)} "
-                         f"({len(self.turns)} turns declared)", kind="script")
+        raise ModelError(f"the script has no turn left for request {len(self.requests) - self._first_request} "
+                         f"({len(self.turns)} turns declared); {self._start_again()}", kind="script")
 
     def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
         index, turn = self._next(request)

@@ -16,6 +16,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from skills_magic.notebook.views.base import plural
 from skills_magic.safety.requests import Answer, PermissionRequest
 
 PROMPT_TIMEOUT_SECONDS = 300.0  # an unanswered prompt denies after five minutes; the run goes on without the script
@@ -125,7 +126,7 @@ class VoteBoard:
                 self.claims[claim.index] = claim
             done = sum(v.status != "pending" for c in self.claims for v in c.votes)
             total = sum(len(c.votes) for c in self.claims)
-            self.html.value = self._render(f"{done} of {total} votes in")
+            self.html.value = self._render(f"{done} of {plural(total, 'vote')} in")
 
     def finish(self, summary: str, claims=None) -> None:
         """The final state: the result's claims (a cancelled run's unheard votes included) and its summary."""
@@ -139,14 +140,18 @@ class VoteBoard:
 
 
 def eval_progress(description: str = "eval") -> Callable[[int, int], None]:
-    """Shows a progress bar now and returns the `on_progress(done, total)` that moves it (runs done of all)."""
+    """The `on_progress(done, total)` of an eval (runs done of all): its first call shows the bar, so a prompt set
+    refused before the runs begin (a wrong file, an unknown skill) shows its error alone, without a bar."""
     from IPython.display import display as show
 
     bar = widgets.IntProgress(value=0, min=0, max=1, description=description)
-    show(bar)
+    shown: list[bool] = []
 
     def progress(done: int, total: int) -> None:
-        bar.max, bar.value = total, done
+        bar.max, bar.value = max(total, 1), done
         bar.description = f"{done}/{total}"
+        if not shown:
+            shown.append(True)
+            show(bar)
 
     return progress

@@ -68,11 +68,10 @@ def m001_audit(db: sqlite3.Connection) -> None:
     )
 
 
-@migration
-def m002_ledger(db: sqlite3.Connection) -> None:
-    run_statements(
-        db,
-        """
+def ledger_table(session_column: str, unique: str) -> str:
+    """`CREATE TABLE ledger_entries` with the rules every version of it has (the CHECK constraints); the session
+    column and the UNIQUE key are what changed between versions."""
+    return f"""
         CREATE TABLE ledger_entries (
             id INTEGER PRIMARY KEY,
             plan TEXT NOT NULL,
@@ -86,21 +85,21 @@ def m002_ledger(db: sqlite3.Connection) -> None:
             outcome TEXT CHECK (outcome IS NULL OR outcome IN ('confirmed', 'refuted', 'inconclusive')),
             evidence TEXT,
             at TEXT NOT NULL,
-            session TEXT,
-            UNIQUE (plan, label),
+            {session_column},
+            UNIQUE ({unique}),
             CHECK (kind != 'prediction' OR (hypothesis_id IS NOT NULL AND COALESCE(length(trim(falsified_by)), 0) > 0)),
             CHECK (kind NOT IN ('verdict', 'skip') OR prediction_id IS NOT NULL),
             CHECK (kind != 'verdict' OR outcome IS NOT NULL),
             CHECK (kind != 'verdict' OR outcome = 'inconclusive' OR COALESCE(length(trim(evidence)), 0) > 0)
         );
-        CREATE INDEX ledger_plan_kind ON ledger_entries(plan, kind, number);
+    """
+
+
+# one verdict or skip per prediction (the unique index; the trigger names the error), and no UPDATE or DELETE ever
+LEDGER_GUARDS = """
         CREATE INDEX ledger_plan_order ON ledger_entries(plan, id);
         CREATE INDEX ledger_prediction ON ledger_entries(prediction_id, kind);
         CREATE UNIQUE INDEX ledger_one_judgement ON ledger_entries(prediction_id) WHERE kind IN ('verdict', 'skip');
-        -- REPLACE deletes the old row without firing delete triggers: refuse any insert that would replace one
-        CREATE TRIGGER ledger_no_replace BEFORE INSERT ON ledger_entries
-            WHEN EXISTS (SELECT 1 FROM ledger_entries WHERE id = NEW.id OR (plan = NEW.plan AND label = NEW.label))
-            BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
         CREATE TRIGGER ledger_one_judgement_only BEFORE INSERT ON ledger_entries
             WHEN NEW.kind IN ('verdict', 'skip') AND EXISTS (
                 SELECT 1 FROM ledger_entries WHERE prediction_id = NEW.prediction_id AND kind IN ('verdict', 'skip'))
@@ -108,6 +107,47 @@ def m002_ledger(db: sqlite3.Connection) -> None:
         CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger_entries
             BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
         CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger_entries
+            BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+"""
+
+
+@migration
+def m002_ledger(db: sqlite3.Connection) -> None:
+    run_statements(
+        db,
+        ledger_table("session TEXT", "plan, label") + LEDGER_GUARDS + """
+        CREATE INDEX ledger_plan_kind ON ledger_entries(plan, kind, number);
+        -- REPLACE deletes the old row without firing delete triggers: refuse any insert that would replace one
+        CREATE TRIGGER ledger_no_replace BEFORE INSERT ON ledger_entries
+            WHEN EXISTS (SELECT 1 FROM ledger_entries WHERE id = NEW.id OR (plan = NEW.plan AND label = NEW.label))
+            BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+        """,
+    )
+
+
+@migration
+def m003_ledger_labels_per_session(db: sqlite3.Connection) -> None:
+    """Labels are numbered within a session (a kernel: one run of a notebook), so UNIQUE (plan, label) becomes
+    UNIQUE (plan, session, label). SQLite cannot change a table's constraints in place: the table is renamed, made
+    again with the new key and the same rules, the rows copied as they are (same ids, labels and links: nothing is
+    rewritten; a missing session becomes ''), and the old table dropped (DROP fires no delete trigger; its indexes
+    and triggers go with it). Renaming first keeps the new table's links pointing at itself, foreign keys on."""
+    run_statements(
+        db,
+        "ALTER TABLE ledger_entries RENAME TO ledger_entries_m002;"
+        + ledger_table("session TEXT NOT NULL DEFAULT ''", "plan, session, label") + """
+        INSERT INTO ledger_entries (id, plan, kind, number, label, text, hypothesis_id, prediction_id, falsified_by,
+                                    outcome, evidence, at, session)
+            SELECT id, plan, kind, number, label, text, hypothesis_id, prediction_id, falsified_by, outcome, evidence,
+                   at, COALESCE(session, '') FROM ledger_entries_m002 ORDER BY id;
+        DROP TABLE ledger_entries_m002;
+        """ + LEDGER_GUARDS + """
+        CREATE INDEX ledger_plan_kind ON ledger_entries(plan, session, kind, number);
+        CREATE INDEX ledger_plan_session ON ledger_entries(plan, session, id);
+        -- REPLACE deletes the old row without firing delete triggers: refuse any insert that would replace one
+        CREATE TRIGGER ledger_no_replace BEFORE INSERT ON ledger_entries
+            WHEN EXISTS (SELECT 1 FROM ledger_entries WHERE id = NEW.id
+                         OR (plan = NEW.plan AND session = NEW.session AND label = NEW.label))
             BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
         """,
     )

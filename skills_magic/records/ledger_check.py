@@ -27,6 +27,7 @@ class LedgerCheck:
     source: str
     plans: dict[str, list[Entry]] = field(default_factory=dict)
     from_notebook: bool = False
+    several_sessions: frozenset[str] = frozenset()  # plans written by more than one session: ids say which (`2:P1`)
 
     def only(self, plan: str | None) -> LedgerCheck:
         """The check of one plan; a plan the source does not hold is an error."""
@@ -34,7 +35,7 @@ class LedgerCheck:
             return self
         if plan not in self.plans:
             raise LedgerUnreadable(f"{self.source} has no plan {plan}")
-        return LedgerCheck(self.source, {plan: self.plans[plan]}, self.from_notebook)
+        return LedgerCheck(self.source, {plan: self.plans[plan]}, self.from_notebook, self.several_sessions)
 
     @property
     def failing(self) -> bool:
@@ -57,8 +58,9 @@ def check_database(path: str) -> LedgerCheck:
     ledger = read_only_ledger(path)
     if ledger is None:
         return LedgerCheck(path)
-    try:
-        return LedgerCheck(path, {p: ledger.state(p, limit=0, all_open=True).open for p in ledger.plans()})
+    try:  # every session of every plan: an earlier run of a notebook that left a prediction open fails the check
+        states = [ledger.state(p, limit=0, all_open=True, every_session=True) for p in ledger.plans()]
+        return LedgerCheck(path, {s.plan: s.open for s in states}, False, frozenset(s.plan for s in states if s.sessions > 1))
     except sqlite3.Error as error:  # a readable SQLite file that is not (or no longer) shaped like the ledger
         raise LedgerUnreadable(f"cannot read the ledger in {path}: {error}") from None
 
@@ -68,18 +70,25 @@ def check_notebook(path: str) -> LedgerCheck:
 
 
 def export_lines(path: str, plan: str | None, fmt: str) -> list[str]:
-    """Every entry (of `plan`) as JSON lines or Markdown."""
+    """Every entry (of `plan`) as JSON lines (with its session's number and id) or Markdown (a section per plan,
+    and in it one per session where there are several)."""
     ledger = read_only_ledger(path)
     if ledger is None:
         return []
-    entries = sorted(ledger.entries(plan), key=lambda e: e.plan) if fmt == "md" else list(ledger.entries(plan))  # stable
+    entries = list(ledger.entries(plan))
     if fmt == "jsonl":
-        return [json.dumps({**e.to_dict(), "at": e.at}, ensure_ascii=False, sort_keys=True) for e in entries]
-    lines, current = [], None
-    for e in entries:
-        if e.plan != current:
-            current = e.plan
-            lines.append(f"\n## {current}\n" if current != entries[0].plan else f"## {current}\n")
+        return [json.dumps({**e.to_dict(), "at": e.at, "session": e.session, "session_id": e.session_id},
+                           ensure_ascii=False, sort_keys=True) for e in entries]
+    several = {e.plan for e in entries if (e.session or 1) > 1}
+    lines, heading, session = [], None, None
+    for e in sorted(entries, key=lambda e: (e.plan, e.session or 0)):  # stable: each session's entries in order
+        if e.plan != heading:
+            lines.append(f"\n## {e.plan}\n" if lines else f"## {e.plan}\n")
+            heading, session = e.plan, None
+        if e.plan in several and e.session != session:
+            gap = "" if session is None else "\n"  # right under the plan's heading, or after a session's entries
+            lines.append(f"{gap}### session {e.session} (from {e.at})\n")
+            session = e.session
         lines.append(f"- **{e.label}** ({e.kind}) {e.summary()[len(e.label) + 1:]}")
     return lines
 

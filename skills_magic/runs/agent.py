@@ -2,8 +2,9 @@
 
 The system prompt is short instructions plus the `<available_skills>` catalog (model-visible skills, under the
 budget, no locations), marked for prompt caching and byte-identical for the same catalog. Tools (`runs.tools`):
-`activate_skill(name)`, `read_skill_resource(skill, path)`, `run_skill_script(skill, path, args, stdin)`. Every
-disclosure is a row of the load trace: discover, activate, reference, execute, model call.
+`activate_skill(name)`, `read_skill_resource(skill, path)`, `run_skill_script(skill, path, args, stdin)`, and the
+user's Python functions (`runs.pytools`). Every disclosure is a row of the load trace: discover (or continue, when a
+run goes on with an earlier conversation), activate, reference, execute, call (a Python function), model call.
 
 Whatever the model sends as a tool's input (wrong types, missing fields, NUL characters, lone surrogates, huge
 strings) is answered with an `is_error` tool result saying why in one line, and the run goes on. Text going back to
@@ -14,13 +15,14 @@ always be encoded.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from skills_magic.errors import DatabaseUnreadable
 from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, capabilities, usage_of
 from skills_magic.runs.disclosure import ResourceError, activation_text, deny_inline, read_resource
+from skills_magic.runs.pytools import ToolRegistry
+from skills_magic.runs.result import RunResult, ToolCall, TraceEvent  # re-exported: their home before the split
 from skills_magic.runs.tools import (EXPERIMENT_ACTIONS, SHOWN_INPUT_CHARS, ToolInputError, clean, clean_text,
                                      experiment_tool, input_problem, quoted, tool_definitions)
 # re-exported: its home before the split
@@ -46,63 +48,6 @@ NOT_PERMITTED = (
 )
 
 
-@dataclass
-class TraceEvent:
-    """One disclosure or call: what was sent to (or done for) the model, measured, never estimated."""
-
-    stage: str  # discover | activate | reference | execute | model
-    object: str
-    bytes: int | None = None  # UTF-8 size of what was actually sent
-    input_tokens: int | None = None  # as the API reported them
-    output_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_write_tokens: int | None = None
-    detail: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
-
-
-@dataclass
-class ToolCall:
-    id: str
-    name: str
-    input: Any
-    result_bytes: int
-    is_error: bool
-    error: str | None = None
-
-
-@dataclass
-class RunResult:
-    """Everything a run did. `final_text` is the last answer; `trace` the load trace."""
-
-    task: str
-    skill: str | None
-    client: str
-    model: str
-    final_text: str = ""
-    stop_reason: str = ""
-    note: str = ""
-    turns: int = 0
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), 0))
-    trace: list[TraceEvent] = field(default_factory=list)
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-    interrupted: bool = False
-    system: str = ""
-    ledger_entries: list[Any] = field(default_factory=list)  # entries the model wrote through the experiment tool
-    outputs: list[dict[str, Any]] = field(default_factory=list)  # files scripts left in their scratch folders
-    changes: list[Any] = field(default_factory=list)  # changes.Change: what scripts wrote in the working folder, not applied
-    run_id: str | None = None  # the last script run's folder name under .skills/runs/ (run-ab12cd34)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and not self.interrupted and self.stop_reason in ("end_turn", "stop_sequence", "no_model")
-
-
 ScriptRunner = Callable[[Skill, str, Sequence[str], str], tuple[str, bool, TraceEvent]]
 LedgerTool = Callable[[dict[str, Any]], tuple[str, Any]]  # input -> (text for the model, the entry or None); raises on error
 
@@ -115,6 +60,18 @@ def _size(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
+def _followed_by(messages: Sequence[dict[str, Any]], first: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation with the new user turn `first` after it: after the last assistant turn, or joining the user
+    turn it ended on (tool results a run stopped after). Copies: the earlier run's result keeps its own list."""
+    history = [dict(message) for message in messages]
+    if history and history[-1].get("role") == "user":
+        earlier = history[-1]["content"]
+        history[-1] = {"role": "user", "content": [*([{"type": "text", "text": earlier}] if isinstance(earlier, str) else earlier), *first]}
+    else:
+        history.append({"role": "user", "content": first})
+    return history
+
+
 class Agent:
     """One run of the loop over a fixed catalog."""
 
@@ -122,7 +79,7 @@ class Agent:
                  show_path: Callable[[str], str], session_id: str = "", budget: int | None = DEFAULT_BUDGET_CHARS,
                  max_turns: int = DEFAULT_MAX_TURNS, max_tokens: int = DEFAULT_MAX_TOKENS,
                  run_script: ScriptRunner | None = None, expand_inline: Callable[[Skill, str], str] = deny_inline,
-                 ledger: tuple[str, LedgerTool] | None = None):
+                 ledger: tuple[str, LedgerTool] | None = None, python_tools: ToolRegistry | None = None):
         self.all_skills = {s.name: s for s in skills}
         visible = [s for s in skills if s.model_visible]
         self.listing, self.catalog = xml_listing(visible, budget)
@@ -140,6 +97,9 @@ class Agent:
         self.ledger = ledger
         if ledger is not None:
             self.tools.append(experiment_tool(ledger[0]))
+        self.python_tools = python_tools
+        if python_tools is not None:
+            self.tools.extend(python_tools.definitions())
         placeholders = capabilities(model).placeholders
         if isinstance(placeholders, dict) and session_id:
             placeholders[session_id] = "${CLAUDE_SESSION_ID}"
@@ -232,9 +192,20 @@ class Agent:
                 raise ToolInputError(str(error)) from None
             if entry is not None:
                 result.ledger_entries.append(entry)
+        elif self.python_tools is not None and name in self.python_tools:
+            content = self._call_python(str(name), data, result)
         else:
             raise ToolInputError(f"there is no tool named {quoted(name)}")
         return content
+
+    def _call_python(self, name: str, data: dict[str, Any], result: RunResult) -> str:
+        """A Python function's call: announced before it runs (it may take a while), traced, refused with its reason."""
+        self.notify("call", {"name": name, "input": clean(data)})
+        outcome = self.python_tools.call(name, data)
+        result.trace.append(TraceEvent("call", name, bytes=_size(outcome.text), detail=outcome.detail))
+        if outcome.failed:
+            raise ToolInputError(outcome.text)
+        return outcome.text
 
     @staticmethod
     def _check_experiment(data: dict[str, Any]) -> None:
@@ -265,29 +236,43 @@ class Agent:
             detail=str(response.get("stop_reason")),
         ))
 
-    def run(self, task: str, skill: str | None = None, arguments: Sequence[str] = (),
-            on_text: TextCallback | None = None, on_event: Callable[[str, Any], None] | None = None) -> RunResult:
-        """Run the task. With `skill`, that skill is activated explicitly (no model decision)."""
-        self.activated: dict[str, Skill] = {}
-        result = RunResult(task=task, skill=skill, client=self.model.name, model=self.model_id, system=self.system)
-        result.trace.append(TraceEvent("discover", f"catalog of {self.listing.shown} skill{'' if self.listing.shown == 1 else 's'}", bytes=_size(self.catalog),
-                                       detail=self.listing.marker() or ""))
-        notify = on_event or (lambda kind, value: None)
+    def run(self, task: str | list[dict[str, Any]], skill: str | None = None, arguments: Sequence[str] = (),
+            on_text: TextCallback | None = None, on_event: Callable[[str, Any], None] | None = None, *,
+            messages: Sequence[dict[str, Any]] = (), activated: Mapping[str, Skill] | None = None,
+            system: str | None = None) -> RunResult:
+        """Run the task (text, or content blocks: its text and what the kernel handed the run, images too). With
+        `skill`, that skill is activated explicitly (no model decision). With `messages` (a conversation so far, as
+        `runs.conversation` hands it on), `activated` (the skills it activated: not sent again) and `system` (the
+        system prompt it was sent, so the cached prefix stays valid), the run continues that conversation."""
+        self.activated: dict[str, Skill] = dict(activated or {})
+        if system is not None:
+            self.system = system
+        blocks = [{"type": "text", "text": clean_text(task)}] if isinstance(task, str) else clean(list(task))
+        # the task is the last text block (what the kernel handed the run comes before it)
+        shown_task = task if isinstance(task, str) else next((b["text"] for b in reversed(blocks) if b.get("type") == "text"), "")
+        result = RunResult(task=shown_task, skill=skill, client=self.model.name, model=self.model_id, system=self.system)
+        if messages:
+            active = f"; active, not sent again: {', '.join(self.activated)}" if self.activated else ""
+            result.trace.append(TraceEvent("continue", "the conversation so far", detail=f"{len(messages)} earlier messages{active}"))
+        else:
+            result.trace.append(TraceEvent("discover", f"catalog of {self.listing.shown} skill{'' if self.listing.shown == 1 else 's'}", bytes=_size(self.catalog),
+                                           detail=self.listing.marker() or ""))
+        notify = self.notify = on_event or (lambda kind, value: None)
         first: list[dict[str, Any]] = []
         if skill is not None:
             chosen = self.all_skills.get(skill)
             if chosen is None:
                 raise ToolInputError(f"no skill named {skill!r}")
             first.append({"type": "text", "text": self._activate(chosen, arguments, result)})
-        first.append({"type": "text", "text": clean_text(task)})
-        messages = result.messages
-        messages.append({"role": "user", "content": first})
+        first.extend(blocks)
+        result.messages.extend(_followed_by(messages, first))
         try:
-            self._loop(messages, arguments, result, on_text, notify)
+            self._loop(result.messages, arguments, result, on_text, notify)
         except KeyboardInterrupt:
             result.interrupted = True
             result.stop_reason = "interrupted"
             result.note = "stopped by KeyboardInterrupt; the trace so far is kept"
+        result.activated = list(self.activated)
         return result
 
     def _loop(self, messages, arguments, result: RunResult, on_text, notify) -> None:

@@ -49,10 +49,16 @@ def check_batch_client(client: ModelClient, batch: bool) -> None:
 def run_variants(catalog_skills: list, client: ModelClient, model_id: str, items, chosen: list[tuple[str, str | None]],
                  *, runs: int, compare: str | None, behaviour: bool, batch: bool, resume: Any,
                  show_path: Callable[[str], str], on_progress=None) -> list:
-    """One report per variant (a side-by-side comparison when there are two)."""
+    """One report per variant (a side-by-side comparison when there are two). Every variant's catalog must hold the
+    skills the prompt set expects: that is checked for all of them before the first model call."""
+    catalogs = [skills_with(catalog_skills, folder) for _strategy, folder in chosen]
+    for (strategy, _folder), skills in zip(chosen, catalogs, strict=True):
+        evals.check_options(strategy, runs)
+        evals.check_expected(items, skills)
+    if on_progress is not None:
+        on_progress(0, len(items) * runs)  # the run begins: a progress bar appears now, not before the checks
     reports = []
-    for number, (strategy, folder) in enumerate(chosen):
-        skills = skills_with(catalog_skills, folder)
+    for number, ((strategy, folder), skills) in enumerate(zip(chosen, catalogs, strict=True)):
         if folder is not None:
             label = show_path(folder)
         elif compare and compare not in STRATEGIES:

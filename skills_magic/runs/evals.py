@@ -10,6 +10,7 @@ format's `expected_behavior` items) are scored by a judge model through a tool s
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -32,10 +33,36 @@ FORCED_PREAMBLE = (
     "request. Then activate every skill you said yes to with activate_skill, before doing anything else.\n\n"
 )  # the "evaluate, then activate" instruction public measurements found to raise activation
 JUDGE_TOOL_NAME = "record_judgement"
+CLOSE_MATCHES = 3  # names suggested for each unknown skill a prompt set expects
 
 
 class PromptSetError(SkillsMagicError, ValueError):
     """A prompt set that cannot be read."""
+
+
+class UnknownExpectedSkills(PromptSetError, LookupError):
+    """A prompt set expects skills the catalog does not have: its recall would be 0% for a typo, not for the model."""
+
+    def __init__(self, unknown: dict[str, list[str]], known: Sequence[str]):
+        self.unknown = unknown  # skill name -> the ids of the items that expect it
+        named = []
+        for name, ids in unknown.items():
+            close = difflib.get_close_matches(name, list(known), n=CLOSE_MATCHES)
+            named.append(f"{name!r} (item {', '.join(ids)}" + (f"; did you mean {', '.join(close)}?)" if close else ")"))
+        super().__init__(f"the prompt set expects skills that are not in the catalog: {'; '.join(named)}; "
+                         "`%skills list` shows the names")
+
+
+def check_expected(items: Sequence[EvalItem], skills: Sequence[Skill]) -> None:
+    """Refuse (before any model call) a prompt set whose `expected` names a skill that `skills` do not hold."""
+    known = [s.name for s in skills]
+    unknown: dict[str, list[str]] = {}
+    for item in items:
+        for name in item.expected:
+            if name not in known:
+                unknown.setdefault(name, []).append(item.id)
+    if unknown:
+        raise UnknownExpectedSkills(unknown, known)
 
 
 @dataclass(frozen=True)
@@ -214,15 +241,20 @@ def prompt_text(item: EvalItem, strategy: str) -> str:
     return (FORCED_PREAMBLE if strategy == "forced" else "") + item.prompt + files
 
 
+def check_options(strategy: str, runs: int) -> None:
+    """Refuse a strategy other than plain or forced, or fewer than one run per prompt."""
+    if strategy not in ("plain", "forced"):
+        raise InvalidArgument(f"a strategy is plain or forced, not {strategy!r}")
+    if runs < 1:
+        raise InvalidArgument("at least one run per prompt")
+
+
 def run_eval(skills: Sequence[Skill], client: ModelClient, model_id: str, items: Sequence[EvalItem], *,
              runs: int = DEFAULT_RUNS, strategy: str = "plain", label: str | None = None,
              show_path: Callable[[str], str] = os.path.basename, agent_options: dict[str, Any] | None = None,
              on_progress: Callable[[int, int], None] | None = None) -> EvalReport:
     """Run every prompt `runs` times through the agent loop, limited to its first turns."""
-    if strategy not in ("plain", "forced"):
-        raise InvalidArgument(f"a strategy is plain or forced, not {strategy!r}")
-    if runs < 1:
-        raise InvalidArgument("at least one run per prompt")
+    check_options(strategy, runs)
     report = EvalReport(label or strategy, list(items), runs=runs)
     total, done = len(items) * runs, 0
     for item in items:

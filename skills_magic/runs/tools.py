@@ -1,7 +1,7 @@
 """The tools a run offers the model, and what any tool input must be before a tool sees it.
 
 The definitions are the Messages API's tool schemas: `activate_skill`, `read_skill_resource`, `run_skill_script` and,
-with a ledger plan, `experiment`. Whatever the model sends as a tool's input (wrong types, NUL characters, lone
+with a ledger plan, `experiment` (and the user's Python functions, `runs.pytools`). Whatever the model sends as a tool's input (wrong types, NUL characters, lone
 surrogates, huge strings, deep nesting) is refused here with a one-line reason (`ToolInputError`, which the loop
 answers with an `is_error` tool result); text going back to the model has lone surrogates replaced.
 """
@@ -19,6 +19,8 @@ MAX_INPUT_STRING_CHARS = 1_000_000  # a model writes at most ~128k tokens (~500 
 MAX_INPUT_DEPTH = 32  # the tools take flat objects; deeper nesting is garbage, refused before anything walks it
 SHOWN_INPUT_CHARS = 80  # how much of a bad value an error result quotes back
 EXPERIMENT_ACTIONS = ("hypothesis", "prediction", "verdict", "observation", "conclusion", "skip", "list")
+# every tool a run may offer on its own: a Python function offered as a tool (runs.pytools) takes none of these names
+BUILT_IN_TOOL_NAMES = ("activate_skill", "read_skill_resource", "run_skill_script", "experiment")
 
 
 def experiment_tool(plan: str) -> dict[str, Any]:

@@ -161,10 +161,12 @@ class _Capped:
 def run_script(folder: str, path: str, arguments: Sequence[str] = (), stdin: str = "",
                timeout: float = DEFAULT_TIMEOUT_SECONDS, environ: Mapping[str, str] | None = None,
                granted_env: Sequence[str] = (), sandbox: Box | None = None, target: str | None = None,
-               digest: str | None = None, import_root: str | None = None) -> ScriptRun:
+               digest: str | None = None, import_root: str | None = None,
+               extra_env: Mapping[str, str] | None = None) -> ScriptRun:
     """Run `path` (relative to the skill folder) to completion or timeout, in `folder`; never through a shell.
     `target` and `digest`: the file that really runs (a private copy of the reviewed bytes) and the digest of those
-    bytes; `import_root`: the skill's folder as the script sees it, importable (`from scripts import helper`)."""
+    bytes; `import_root`: the skill's folder as the script sees it, importable (`from scripts import helper`);
+    `extra_env`: variables the run itself sets (where its inputs are), on top of the cleaned environment."""
     if target is None:
         target = resolve_script(folder, path)
     if digest is None:
@@ -173,7 +175,7 @@ def run_script(folder: str, path: str, arguments: Sequence[str] = (), stdin: str
         except OSError as error:  # deleted or made unreadable since it was listed
             raise ScriptError(f"{path!r} cannot be read: {error.strerror or error}") from None
     _check_interpreter(target, path)
-    env = clean_environment(environ, granted_env)
+    env = {**clean_environment(environ, granted_env), **(extra_env or {})}
     if import_root:
         env["PYTHONPATH"] = import_root
     return run_command(command_for(target, [str(a) for a in arguments]), folder, path, tuple(arguments), stdin,

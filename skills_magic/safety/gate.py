@@ -35,6 +35,7 @@ from skills_magic.redact import redactor
 from skills_magic.safety.requests import Answer, Asker, PermissionRequest, Unattended, unattended  # noqa: F401  (re-exported)
 from skills_magic.skills.skill import Skill
 
+INPUTS_VARIABLE = "SKILLS_MAGIC_INPUTS"  # where a run's scripts find the kernel objects handed to it (`--with`)
 INLINE_TIMEOUT_SECONDS = 10.0  # an inline command fills in a line of instructions; it should be quick
 @dataclass(frozen=True)
 class Outcome:
@@ -100,6 +101,12 @@ class Gate:
         self.protected = tuple(protected)  # the project's control files: read-only in every sandbox
         # where scripts and inline commands run: the session's (the notebook's) folder, seen copy-on-write
         self.working_folder = os.path.realpath(working_folder) if working_folder else None
+        self.run_env: dict[str, str] = {}  # variables every run of this gate gets (`with_inputs`)
+
+    def with_inputs(self, folder: str | None) -> Gate:
+        """This gate, its runs handed the kernel objects in `folder` (`--with`): scripts find it in $SKILLS_MAGIC_INPUTS."""
+        self.run_env = {INPUTS_VARIABLE: os.path.realpath(folder)} if folder else {}
+        return self
 
     def _sandbox(self, skill: str, subject: str, folder: str, grants: Grants,
                  skill_copy: tuple[str, str] | None = None) -> SandboxDecision:
@@ -237,7 +244,7 @@ class Gate:
             return Outcome(False, "the sandbox", error=placed.refusal)
         try:
             run = run_script(placed.folder, path, arguments, stdin, timeout=self._timeout(grants),
-                             granted_env=grants.env, sandbox=placed.box,
+                             granted_env=grants.env, extra_env=self.run_env, sandbox=placed.box,
                              target=os.path.join(placed.skill_folder, *path.split("/")), digest=script_digest,
                              import_root=placed.skill_folder)
         except ScriptError as error:
@@ -265,7 +272,7 @@ class Gate:
             return Outcome(False, "the sandbox", error=placed.refusal)
         try:
             run = masked(run_command(["bash", "-c", command], placed.folder, subject, (), "",
-                                     self._timeout(grants, timeout), clean_environment(granted=grants.env), "-",
+                                     self._timeout(grants, timeout), clean_environment(granted=grants.env) | self.run_env, "-",
                                      placed.box))
             run = self._explained(run, owner, subject, grants)
         except ScriptError as error:
@@ -296,7 +303,7 @@ class Gate:
             placed = self._copied_sandbox(skill, subject, grants, copy)
             if placed.refusal:
                 return f"[denied: !`{command}`: {placed.refusal}]"
-            env = clean_environment(granted=grants.env)
+            env = clean_environment(granted=grants.env) | self.run_env
             # importable here too: `!`python -m scripts.report`` works as a script does
             env["PYTHONPATH"] = placed.skill_folder
             try:

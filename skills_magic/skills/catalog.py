@@ -1,30 +1,36 @@
 """Finding skills: sources in precedence order, a bounded recursive search, collisions, and a stat cache.
 
-Sources, first wins on a name collision: skills added in the session, then `SKILLS_MAGIC_PATH` / IPython config
-folders, the project (`./.agents/skills`, `./.claude/skills`, `./skills`), the user (`~/.agents/skills`,
-`~/.claude/skills`), and the sample skills bundled with the package. Every shadowed skill gets a `collision`
+Sources, first wins on a name collision: skills added in the session, then the skills `%%skill write` wrote in
+this folder (`./.skills/written`, so they outlive a restart), `SKILLS_MAGIC_PATH` / IPython config folders, the
+project (`./.agents/skills`, `./.claude/skills`, `./skills`), the user (`~/.agents/skills`, `~/.claude/skills`), and
+the sample skills bundled with the package. Every shadowed skill gets a `collision`
 diagnostic; the same file reached twice (symlinks) is listed once. A warm scan is a stat pass: folders and files
 whose (size, mtime) did not change are not read again.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat as stat_module
+import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skills_magic.errors import InvalidSetting
+from skills_magic.errors import InvalidSetting, SkillNotFound, SkillSkipped
 # the walk's limits and `find_skill_files` live in find.py, and are still importable from here
 from skills_magic.skills.find import MAX_SEARCH_DEPTH, SKIPPED_FOLDERS, Finder, find_skill_files  # noqa: F401
 from skills_magic.skills.skill import Diagnostic, Skill
 from skills_magic.skills.validate import LoadResult, load_skill
+from skills_magic.skills.writing import WRITE_FOLDER, WRITTEN_LABEL
 
 PROJECT_FOLDERS = (".agents/skills", ".claude/skills", "skills")
 USER_FOLDERS = ("~/.agents/skills", "~/.claude/skills")
 PATH_VARIABLE = "SKILLS_MAGIC_PATH"
 SOURCES_VARIABLE = "SKILLS_MAGIC_SOURCES"  # e.g. "project,bundled": a notebook that must re-run anywhere leaves out ~
-STANDARD_LABELS = ("path", "project", "user", "bundled")
+CLOSE_MATCHES = 3  # names suggested for a name the catalog does not have
+STANDARD_LABELS = (WRITTEN_LABEL, "path", "project", "user", "bundled")
 
 
 @dataclass(frozen=True)
@@ -46,11 +52,14 @@ def bundled_skills_folder() -> str:
 
 
 def default_sources(cwd: str | None = None, home: str | None = None, environ=None, extra: list[str] | tuple = ()) -> list[Source]:
-    """The standard sources in precedence order (without session-added ones)."""
+    """The standard sources in precedence order (without session-added ones). What `%%skill write` wrote in this
+    folder comes first, right after the session's own additions, as in the session that wrote it: a restart changes
+    no skill's winner."""
     cwd = cwd or os.getcwd()
     environ = os.environ if environ is None else environ
     home = home or os.path.expanduser("~")
-    sources = [Source("path", os.path.abspath(os.path.join(cwd, p)), True) for p in environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
+    sources = [Source(WRITTEN_LABEL, os.path.abspath(os.path.join(cwd, WRITE_FOLDER)))]
+    sources += [Source("path", os.path.abspath(os.path.join(cwd, p)), True) for p in environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
     sources += [Source("path", os.path.abspath(os.path.join(cwd, os.path.expanduser(p))), True) for p in extra]
     sources += [Source("project", os.path.join(cwd, p)) for p in PROJECT_FOLDERS]
     sources += [Source("user", os.path.join(home, p[2:])) for p in USER_FOLDERS]
@@ -93,6 +102,38 @@ class CatalogScan:
 
     def names(self) -> list[str]:
         return [s.name for s in self.skills]
+
+    def skipped_named(self, name: str) -> LoadResult | None:
+        """The skipped SKILL.md a name refers to (by its folder's name: its frontmatter could not be trusted)."""
+        wanted = unicodedata.normalize("NFKC", name)
+        return next((r for r in self.skipped if skipped_name(r) == wanted), None)
+
+    def folder_of(self, name: str) -> str | None:
+        """The folder of the skill `name`: a listed one's, else a skipped one's; None when there is neither."""
+        found = self.get(name)
+        if found is not None:
+            return found.folder
+        skipped = self.skipped_named(name)
+        return os.path.dirname(skipped.path) if skipped is not None else None
+
+    def not_found(self, name: str, show: Callable[[str], str] = os.path.basename) -> SkillNotFound:
+        """The error for a name the catalog does not list: SkillSkipped (why, with file and line, paths as `show`
+        gives them) when a SKILL.md of that name was skipped, else SkillNotFound naming close matches."""
+        skipped = self.skipped_named(name)
+        if skipped is None:
+            return SkillNotFound(name, difflib.get_close_matches(name, self.names(), n=CLOSE_MATCHES))
+        return SkillSkipped(name, skip_reasons(skipped, show))
+
+
+def skipped_name(result: LoadResult) -> str:
+    """The name a skipped SKILL.md goes by: its folder's, as a client names a skill whose frontmatter it cannot use."""
+    return unicodedata.normalize("NFKC", os.path.basename(os.path.dirname(result.path)))
+
+
+def skip_reasons(result: LoadResult, show: Callable[[str], str] = os.path.basename) -> list[str]:
+    """Why a SKILL.md was skipped: its errors as `FILE:LINE: [code] message` (paths as `show` gives them)."""
+    errors = [d for d in result.diagnostics if d.severity == "error"] or list(result.diagnostics)
+    return [f"{show(d.path)}{'' if d.line is None else f':{d.line}'}: [{d.code}] {d.message}" for d in errors]
 
 
 @dataclass(frozen=True)

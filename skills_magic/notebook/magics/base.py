@@ -17,6 +17,7 @@ class SessionMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         if session is not None:
             self.session = session
+        self.cell_errors: dict[int, str] = {}  # execution count -> the error that cell raised: a task's {Err[n]}
 
     def _has_front_end(self) -> bool:
         """A kernel is attached: a front end renders widgets and displays (a plain IPython shell has none)."""

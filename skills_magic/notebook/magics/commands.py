@@ -10,6 +10,7 @@ parsers: each subcommand's real usage, help and options.
 from __future__ import annotations
 
 import argparse
+import difflib
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,6 +19,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 
 from skills_magic.errors import SkillsMagicError
+
+CLOSE_MATCHES = 2  # choices suggested for a mistyped one ("did you mean list?")
 
 
 class MagicParser(MagicArgumentParser):
@@ -34,6 +37,14 @@ class MagicParser(MagicArgumentParser):
 
     def exit(self, status=0, message=None):
         raise UsageError(self.usage_line)
+
+    def _check_value(self, action, value):
+        """argparse's check of a choice, naming the close matches of a typo instead of every choice there is."""
+        if action.choices is not None and value not in action.choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in action.choices], n=CLOSE_MATCHES)
+            if close:
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r} (did you mean {' or '.join(close)}?)")
+        super()._check_value(action, value)
 
 
 def subcommand(name: str):

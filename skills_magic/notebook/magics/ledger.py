@@ -13,19 +13,24 @@ from IPython.core.magic_arguments import argument
 
 from skills_magic.notebook.magics.base import SessionMagics
 from skills_magic.notebook.magics.commands import command_parser, help_text, subcommand, subcommands, user_errors, words
-from skills_magic.notebook.views.ledger import LedgerEntryView, LedgerStateView
+from skills_magic.notebook.views.ledger import LedgerEntryView, LedgerHistoryView, LedgerSessionsView, LedgerStateView
 from skills_magic.notebook.views.runs import ModelView
+from skills_magic.records.ledger import plan_name
 
 LEDGER_USAGE = ("usage: %ledger use SLUG | hypothesis TEXT | prediction TEXT --falsified-by CHECK --hypothesis H | "
                 "verdict P confirmed|refuted|inconclusive [--evidence TEXT] | observation TEXT [--prediction P] | "
-                "conclusion TEXT | skip P --reason TEXT | list | gate | test P | model on|off (`%ledger?` for details)")
+                "conclusion TEXT | skip P --reason TEXT | list [--all] | gate [--all] | sessions | test P | model on|off "
+                "(`%ledger?` for details)")
 SUMMARY = """The experiment ledger of a plan: hypotheses, predictions with their falsifying checks, verdicts.
-As a cell magic (%%ledger ACTION ...), the cell body is the TEXT."""
+As a cell magic (%%ledger ACTION ...), the cell body is the TEXT. Ids (H1, P1) are this session's: each kernel (a
+Restart & Run All) numbers its own from 1; `2:P1` names P1 of the plan's session 2 (`%ledger sessions`)."""
 
 # arguments several actions take (an `@argument` may decorate any number of methods)
 TEXT = argument("text", nargs="*", help="the text (as %%%%ledger, the cell body)")
-PREDICTION = argument("prediction", help="e.g. P1")
+PREDICTION = argument("prediction", help="e.g. P1 (this session's; else the newest earlier one's), or 2:P1 (session 2's)")
 PLAN = argument("--plan", metavar="SLUG", help="another plan (default: the one in use)")
+EVERY_SESSION = argument("--all", action="store_true", dest="every_session",
+                         help="every session of the plan (earlier runs of the notebook too), not only this one")
 
 
 def _ledger_words(line: str) -> list[str]:
@@ -98,17 +103,26 @@ class LedgerMagics(SessionMagics):
 
     @subcommand("list")
     @PLAN
+    @EVERY_SESSION
     def _entries(self, args):
-        """The entries and the number of open predictions."""
-        state = self.session.ledger.state(args.plan or self.session.current_plan())
-        return LedgerStateView(state, self._database())
+        """This session's entries and open predictions (--all: every session's)."""
+        state = self.session.ledger.state(args.plan or self.session.current_plan(), every_session=args.every_session)
+        return self._state(state)
 
     @subcommand("gate")
     @PLAN
+    @EVERY_SESSION
     def _gate(self, args):
-        """Fails while any prediction is open."""
-        state = self.session.ledger.gate(args.plan or self.session.current_plan())
-        return LedgerStateView(state, self._database())
+        """Fails while a prediction of this session is open (--all: of any session)."""
+        state = self.session.ledger.gate(args.plan or self.session.current_plan(), every_session=args.every_session)
+        return self._state(state)
+
+    @subcommand("sessions")
+    @PLAN
+    def _sessions(self, args):
+        """Each session (kernel) that wrote to the plan: when it started, its entries, its open predictions."""
+        plan = plan_name(args.plan) if args.plan else self.session.current_plan()
+        return LedgerSessionsView(plan, self.session.ledger.sessions(plan), self._database())
 
     @subcommand("test")
     @PREDICTION
@@ -130,6 +144,9 @@ class LedgerMagics(SessionMagics):
 
     def _entry(self, entry) -> LedgerEntryView:
         return LedgerEntryView(entry, self._database())
+
+    def _state(self, state) -> LedgerStateView:
+        return (LedgerHistoryView if state.every_session else LedgerStateView)(state, self._database())
 
     def _database(self) -> str:
         return os.path.relpath(self.session.database.path, self.session.cwd)

@@ -5,6 +5,7 @@ returns a view; `%%skill?` prints the usage generated from the arguments below."
 from __future__ import annotations
 
 import argparse
+import keyword
 import time
 
 from IPython.core.error import UsageError
@@ -13,25 +14,31 @@ from IPython.core.magic_arguments import argument
 
 from skills_magic.notebook.magics.base import SessionMagics
 from skills_magic.notebook.magics.commands import help_text, parser_of, positive, user_errors, words
-from skills_magic.notebook.views.runs import RunView
+from skills_magic.notebook.views.runs import ShownRun
 from skills_magic.notebook.views.skills import WrittenView
 from skills_magic.notebook.views.votes import VotesView
+from skills_magic.runs.inputs import InputError
+from skills_magic.runs.interpolate import interpolate
 
-RUN_USAGE = ("usage: %%skill run [NAME [ARGS...]] [--model M] [--max-turns N] [--record FILE | --replay FILE] [--background] "
+RUN_USAGE = ("usage: %%skill run [NAME [ARGS...]] [--model M] [--max-turns N] [--record FILE | --replay FILE] [--continue] "
+             "[--as NAME] [--background] "
              "[--no-model --script PATH [ARG...]]; the cell body is the task (`%%skill?` for details)")
 VERIFY_USAGE = ("usage: %%skill verify [--votes N] [--refutations R] [--concurrency C] [--model M] [--voter model|"
                 "script:SKILL:PATH ...] [--timeout S] [--max-claims K] [--ledger SLUG]; the cell is a YAML list of "
                 "{claim, quote, source}")
-WRITE_USAGE = "usage: %%skill write NAME [--dir PATH]; the cell body is the SKILL.md"
+WRITE_USAGE = ("usage: %%skill write NAME [--dir PATH] [--no-overwrite] (or NAME/scripts/FILE, NAME/references/FILE, "
+               "NAME/assets/FILE); the cell body is the SKILL.md (or the file)")
 STREAM_UPDATE_SECONDS = 0.1  # redraw a streaming answer at most this often: smooth to read, cheap for the kernel
 SUMMARY = """Run a task with Agent Skills through a model (progressive disclosure), or one skill's script; verify claims
 by votes; write a skill. On one line, `%skill run NAME --no-model --script PATH [ARGS...]` runs a script with empty
 stdin."""
 WRITE_HELP = """::
 
-  %%skill write NAME [--dir PATH]
+  %%skill write NAME[/scripts/FILE] [--dir PATH] [--no-overwrite]
 
-the cell body becomes NAME/SKILL.md (in .skills/written unless --dir), validated, linted, and listed at once"""
+the cell body becomes NAME/SKILL.md (in .skills/written unless --dir), or the file NAME/scripts/FILE (also
+references/, assets/); the whole skill is validated, linted, and listed at once. Replacing a file says so
+(with the size it had); --no-overwrite refuses to replace one instead"""
 
 
 def _turns(text: str) -> int:
@@ -75,6 +82,12 @@ class RunMagics(SessionMagics):
     @argument("--replay", metavar="FILE", help="answer from this cassette instead of a model")
     @argument("--background", action="store_true",
               help="run in a worker thread; permission prompts appear as Allow/Deny buttons (no answer: deny)")
+    @argument("--with", dest="with_names", action="append", default=[], metavar="NAMES",
+              help="kernel objects handed to the run, by name (df,fig,notes): files in its inputs folder")
+    @argument("--raw", action="store_true", help="send the cell body as written: no {name} / {In[n]} interpolation")
+    @argument("--continue", dest="continue_conversation", action="store_true",
+              help="go on with the last run's conversation (`%%skills history` shows it, `%%skills reset` starts over)")
+    @argument("--as", dest="assign_to", metavar="NAME", help="also assign the RunResult to NAME in the notebook")
     def _run(self, argv: list[str], cell: str):
         """The cell body is the task; with NAME that skill is activated explicitly (no model decision), without it the
         model chooses from the catalog; ARGS fill $ARGUMENTS / $0 / $1 ... in the skill's body."""
@@ -88,21 +101,57 @@ class RunMagics(SessionMagics):
             raise UsageError(f"--script runs a script without a model: add --no-model{late}; {RUN_USAGE}")
         if args.record and args.replay:
             raise UsageError(f"--record and --replay exclude each other; {RUN_USAGE}")
+        self._check_run_options(args)
         with user_errors():
+            inputs = self._kernel_values(args.with_names)
             if args.no_model:
                 if name is None or not args.script:
                     raise UsageError(f"--no-model needs a skill NAME and --script PATH; {RUN_USAGE}")
-                result = self.session.run_script(name, args.script, cell, arguments)
+                result = self.session.run_script(name, args.script, cell, arguments, inputs=inputs)
             else:
                 if not task.strip() and name is None:
                     raise UsageError(f"the cell body is the task, and it is empty; {RUN_USAGE}")
-                options = dict(model=args.model, max_turns=args.max_turns, record=args.record, replay=args.replay)
+                if not args.raw:
+                    task = interpolate(task, self.shell.user_ns, self.cell_errors)
+                options = dict(model=args.model, max_turns=args.max_turns, record=args.record, replay=args.replay,
+                               inputs=inputs, continue_conversation=args.continue_conversation)
                 if args.background:
                     from skills_magic.notebook.widgets import BackgroundRun
 
                     return BackgroundRun(self.session, task, name, arguments, options).start()
                 result = self._run_model(task, name, arguments, options)
-        return RunView(result, self.session.last_run_seconds)
+        return self._returned(result, args.assign_to)
+
+    @staticmethod
+    def _check_run_options(args) -> None:
+        if args.assign_to is not None and (not args.assign_to.isidentifier() or keyword.iskeyword(args.assign_to)):
+            raise UsageError(f"--as {args.assign_to!r}: the name must be a Python identifier; {RUN_USAGE}")
+        if args.assign_to is not None and args.background:
+            raise UsageError("--as names the run's result, which a --background run has only when it ends: "
+                             f"run without --background to name it; {RUN_USAGE}")
+        if args.continue_conversation and args.no_model:
+            raise UsageError(f"--continue goes on with a model's conversation; a --no-model script run has none; {RUN_USAGE}")
+
+    def _returned(self, result, name: str | None):
+        """The RunResult itself, displayed as its view (`_` is the result); with `--as NAME`, NAME in the notebook too."""
+        shown = ShownRun.of(result)
+        if name is not None:
+            self.shell.user_ns[name] = shown
+        return shown
+
+    def _kernel_values(self, groups: list[str]) -> dict:
+        """The kernel objects `--with a,b --with c` names, by name; a name the kernel lacks is refused before the run."""
+        names = list(dict.fromkeys(n.strip() for group in groups for n in group.split(",") if n.strip()))
+        missing = [n for n in names if n not in self.shell.user_ns]
+        if missing:
+            raise InputError(f"--with {', '.join(missing)}: no such variable in the kernel")
+        return {n: self.shell.user_ns[n] for n in names}
+
+    def remember_error(self, result) -> None:
+        """post_run_cell: the exception cell n raised, as one line, for a task's `{Err[n]}`."""
+        error = result.error_in_exec or result.error_before_exec
+        if error is not None and result.execution_count is not None:
+            self.cell_errors[result.execution_count] = f"{type(error).__name__}: {error}"
 
     def _run_model(self, task, name, arguments, options):
         if not self._interactive():
@@ -120,8 +169,12 @@ class RunMagics(SessionMagics):
                 last[0] = now
                 handle.update(Markdown("".join(streamed)))
 
+        def on_event(kind: str, value) -> None:
+            if kind == "call":  # a Python function of the notebook is running: say so until it returns
+                handle.update(Markdown("".join(streamed) + f"\n\n*calling `{value['name']}`…*"))
+
         try:
-            return self.session.run(task, name, arguments, on_text=on_text, **options)
+            return self.session.run(task, name, arguments, on_text=on_text, on_event=on_event, **options)
         finally:
             handle.update(Markdown(""))  # the finished run is shown once, by the returned view
 
@@ -174,19 +227,22 @@ class RunMagics(SessionMagics):
         return view
 
     def _write(self, argv: list[str], cell: str):
-        # parsed by hand: exactly NAME or NAME --dir PATH (argparse would also take --dir first, or --dir=PATH)
+        # parsed by hand: the target first, then `--dir PATH` and `--no-overwrite` (argparse would also take options
+        # before the target, or --dir=PATH); the target's own checks are the core's (skills/writing.py)
         if not argv or argv[0].startswith("-"):
             raise UsageError(WRITE_USAGE)
-        name, folder = argv[0], None
-        if len(argv) == 3 and argv[1] == "--dir":
-            folder = argv[2]
-        elif len(argv) != 1:
-            raise UsageError(WRITE_USAGE)
-        if "/" in name or name in (".", "..") or not name.strip():
-            raise UsageError(f"{name!r} is not a skill folder name")
+        target, rest, folder, keep = argv[0], argv[1:], None, False
+        while rest:
+            if rest[0] == "--dir" and len(rest) > 1 and not rest[1].startswith("-") and folder is None:
+                folder, rest = rest[1], rest[2:]
+            elif rest[0] == "--no-overwrite" and not keep:
+                keep, rest = True, rest[1:]
+            else:
+                raise UsageError(WRITE_USAGE)
         with user_errors():
-            verdict, skill = self.session.write_skill(name, cell, folder)
-        return WrittenView(name, verdict, self.session.lint(skill)[skill.name] if skill is not None else [], self.session.show_path)
+            written = self.session.write_skill(target, cell, folder, overwrite=not keep)
+            findings = self.session.lint(written.skill)[written.skill.name] if written.skill is not None else []
+        return WrittenView(written, findings, self.session.show_path)
 
     @line_cell_magic
     def skill(self, line: str, cell: str | None = None):

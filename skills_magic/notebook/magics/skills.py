@@ -1,5 +1,5 @@
 """`%skills`: the catalog (list, show, validate, add, sources, diagnostics, lint), the model and its runs (model, trace,
-eval) and permissions (allow, deny, policy, trust, review, audit, apply). Each subcommand is a method with IPython
+history, reset, tool, eval) and permissions (allow, deny, policy, trust, review, audit, apply). Each subcommand is a method with IPython
 `@argument`s: it calls the session and returns a view. `%skills?` prints the usage generated from those arguments."""
 
 from __future__ import annotations
@@ -17,15 +17,24 @@ from skills_magic.notebook.magics.base import SessionMagics
 from skills_magic.notebook.magics.commands import command_parser, help_text, positive, subcommand, subcommands, user_errors, words
 from skills_magic.notebook.views.base import JSONResult
 from skills_magic.notebook.views.changes import ApplyView
+from skills_magic.notebook.views.conversation import ConversationView
 from skills_magic.notebook.views.evals import EvalView
 from skills_magic.notebook.views.policy import AuditView, PolicyView, ReviewView, TrustView
 from skills_magic.notebook.views.runs import ModelView, TraceView
 from skills_magic.notebook.views.skills import AddedView, DiagnosticsView, LintView, ListingView, SkillView, SourcesView, VerdictsView
+from skills_magic.notebook.views.tools import ToolsView
+from skills_magic.skills.catalog import STANDARD_LABELS
 from skills_magic.skills.skill import CODES
 
 SHORT_USAGE = "usage: %skills list|show|validate|add|sources|diagnostics|model|trace ... (`%skills?` for details)"
-SOURCE_LABELS = ("session", "path", "project", "user", "bundled")
-SUMMARY = "List, show, validate and add Agent Skills; choose the model; decide which scripts may run."
+SOURCE_LABELS = ("session", *STANDARD_LABELS)  # `--source`: the session's own, then the standard ones
+SUMMARY = """List, show, validate and add Agent Skills; choose the model; decide which scripts may run.
+Run a task or a script, verify claims or write a skill with the cell magic `%%skill` (`%%skill?`); the experiment
+ledger is `%ledger` (`%ledger?`)."""
+# subcommands of the cell magic `%%skill`, typed after `%skills`: a one-line pointer instead of "invalid choice"
+CELL_COMMANDS = {"run": "%%skill run [NAME]` with the task as the cell body",
+                 "verify": "%%skill verify` with a YAML list of claims as the cell body",
+                 "write": "%%skill write NAME` with the SKILL.md as the cell body"}
 
 
 def _budget(text: str) -> int:
@@ -54,7 +63,7 @@ class SkillsCommandMagics(SessionMagics):
         """The catalog, grouped by source, under a character budget."""
         started = time.perf_counter()
         scan, listing, text = self.session.listing(budget=args.budget, source=args.source)
-        view = ListingView(scan, listing, text, self.session.show_path, time.perf_counter() - started)
+        view = ListingView(scan, listing, text, self.session.show_path, time.perf_counter() - started, source=args.source)
         return JSONResult(view.data()) if args.json else view
 
     @subcommand("show")
@@ -67,7 +76,8 @@ class SkillsCommandMagics(SessionMagics):
     @argument("target", nargs="?", help="a skill's name or a path; none: every skill of the catalog")
     def _validate(self, args):
         """Strict verdicts (the specification, exactly)."""
-        return VerdictsView(self.session.validate(args.target), self.session.show_path)
+        skipped = [os.path.dirname(r.path) for r in self.session.scan().skipped]
+        return VerdictsView(self.session.validate(args.target), self.session.show_path, skipped)
 
     @subcommand("add")
     @argument("path", help="a skill folder, a SKILL.md or a collection of skills")
@@ -114,6 +124,43 @@ class SkillsCommandMagics(SessionMagics):
             raise UsageError("no run yet: `%%skill run` first")
         return TraceView(self.session.last_run)
 
+    @subcommand("history")
+    def _history(self, args):
+        """The turns of the conversation `%%skill run --continue` goes on with."""
+        return ConversationView(self.session.conversation.history())
+
+    @subcommand("reset")
+    def _reset(self, args):
+        """Forget the conversation: the next run starts a new one."""
+        return ConversationView([], forgotten=self.session.conversation.reset())
+
+    @subcommand("tool")
+    @argument("action", choices=["add", "list", "remove"], help="add the notebook's functions, list them, or remove them")
+    @argument("names", nargs="*", metavar="NAME", help="a function of the notebook (add) or a tool's name (remove)")
+    def _tool(self, args):
+        """Offer Python functions of the notebook to the model as tools (their schema from signature and docstring);
+        a call runs in the kernel after its arguments are validated, and is audited."""
+        if (args.action == "list") == bool(args.names):
+            wanted = "takes no NAME" if args.action == "list" else "needs at least one NAME"
+            raise UsageError(f"`%skills tool {args.action}` {wanted}; {SHORT_USAGE}")
+        if args.action == "add":
+            functions = {name: self._notebook_function(name) for name in args.names}  # all found before any is added
+            replaced = [name for name in functions if name in self.session.tools]
+            for name, function in functions.items():
+                self.session.tools.add(function, name)
+            note = f"offered {', '.join(functions)}" + (f" (replacing the earlier {', '.join(replaced)})" if replaced else "")
+        elif args.action == "remove":
+            for name in args.names:
+                self.session.tools.remove(name)
+            note = f"removed {', '.join(args.names)}"
+        return ToolsView(self.session.tools.list(), note if args.names else "")
+
+    def _notebook_function(self, name: str):
+        """The notebook's object NAME (`self.shell.user_ns`); the registry judges whether it can be a tool."""
+        if name not in self.shell.user_ns:
+            raise UsageError(f"no {name!r} in the notebook: define it first (`def {name}(...):`), then `%skills tool add {name}`")
+        return self.shell.user_ns[name]
+
     @subcommand("eval")
     @argument("file", help="the prompt set (YAML)")
     @argument("--runs", type=positive, metavar="N", help="runs of each prompt")
@@ -145,7 +192,8 @@ class SkillsCommandMagics(SessionMagics):
     @argument("name", nargs="?", help="a skill of the catalog; none: every skill")
     def _lint(self, args):
         """Description lint of one skill or every skill."""
-        return LintView(self.session.lint(args.name))
+        skipped = self.session.scan().skipped if args.name is None else ()  # one skill: a skipped one is an error
+        return LintView(self.session.lint(args.name), skipped, self.session.show_path)
 
     # --- permissions --------------------------------------------------------------------------------------------
 
@@ -230,6 +278,8 @@ class SkillsCommandMagics(SessionMagics):
         argv = words(line, SHORT_USAGE)
         if not argv:
             raise UsageError(SHORT_USAGE)
+        if argv[0] in CELL_COMMANDS:
+            raise UsageError(f"`{argv[0]}` belongs to the cell magic: use `{CELL_COMMANDS[argv[0]]} (`%%skill?` for details)")
         args = PARSER.parse_args(argv)
         with user_errors():
             return args.handler(self, args)

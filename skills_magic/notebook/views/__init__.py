@@ -10,12 +10,15 @@ views; live widgets are in `skills_magic.notebook.widgets`.
     ledger   the experiment ledger
     votes    verification by votes
     evals    activation evals and their chart
+    conversation  `%skills history`: the turns of a conversation across cells
+    tools    `%skills tool list`: the Python functions offered to the model
 """
 
 from skills_magic.notebook.views.base import MIME_PREFIX, PathShow, View, mime  # re-exported: its home before the split
 from skills_magic.notebook.views.changes import (  # re-exported: its home before the split
     CHANGE_COLUMNS, CHANGES_TITLE, ApplyView, changes_html, changes_metadata, changes_text,
 )
+from skills_magic.notebook.views.conversation import ConversationView  # noqa: F401
 from skills_magic.notebook.views.evals import (  # re-exported: its home before the split
     CHART_COLOURS, EvalView, activation_chart_svg,
 )
@@ -32,6 +35,7 @@ from skills_magic.notebook.views.skills import (  # re-exported: its home before
     ADDED_NAMES_SHOWN, SEVERITY_MARK, AddedView, DiagnosticsView, LintView, ListingView, SkillView, SourcesView,
     VerdictsView, WrittenView, diagnostic_data, diagnostic_line,
 )
+from skills_magic.notebook.views.tools import ToolsView  # noqa: F401
 from skills_magic.notebook.views.votes import (  # re-exported: its home before the split
     OUTCOME_COLOUR, VOTE_COLOUR, VOTE_MARK, VotesView, vote_title, votes_table_html,
 )
@@ -40,7 +44,7 @@ __all__ = [
     "ADDED_NAMES_SHOWN", "AUDIT_COLUMNS", "CHANGES_TITLE", "CHANGE_COLUMNS", "CHART_COLOURS", "LEDGER_COLUMNS", "MIME_PREFIX",
     "OUTCOME_COLOUR", "SEVERITY_MARK", "TRACE_COLUMNS", "VOTE_COLOUR", "VOTE_MARK", "AddedView", "ApplyView", "AuditView",
     "DiagnosticsView", "EvalView", "LedgerEntryView", "LedgerStateView", "LintView", "ListingView", "ModelView", "PathShow",
-    "PolicyView", "ReviewView", "RunView", "SkillView", "SourcesView", "TraceView", "TrustView", "VerdictsView", "View",
+    "PolicyView", "ReviewView", "RunView", "ConversationView", "ToolsView", "SkillView", "SourcesView", "TraceView", "TrustView", "VerdictsView", "View",
     "VotesView", "WrittenView", "activation_chart_svg", "changes_html", "changes_metadata", "changes_text", "diagnostic_data",
     "diagnostic_line", "mime", "trace_rows", "vote_title", "votes_table_html",
 ]

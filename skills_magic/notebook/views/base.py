@@ -9,7 +9,7 @@ run and every clone (`pytest --nbval`). Paths in data are relative to the notebo
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 MIME_PREFIX = "application/vnd.skills-magic."
@@ -21,14 +21,28 @@ def mime(kind: str) -> str:
     return f"{MIME_PREFIX}{kind}+json"
 
 
-def plural(count: int, word: str) -> str:
-    """`1 skill`, `2 skills`."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
+# JupyterLab right-aligns every table cell and lets cells wrap anywhere: text reads left-aligned, a name stays whole
+CELL_STYLE = "text-align:left;vertical-align:top"
+NAME_CELL_STYLE = CELL_STYLE + ";white-space:nowrap"
+NUMBER_CELL_STYLE = "text-align:right;vertical-align:top;white-space:nowrap"
+# literal text (a script's output, a status line): as written, wrapped at the output's width, never Markdown
+PRE_STYLE = "white-space:pre-wrap;margin:0.25em 0"
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """`1 skill`, `2 skills`, `1,234 bytes`; `many` for a word whose plural is not word + s (`entry`, `entries`)."""
+    return f"{count:,} {word if count == 1 else many or word + 's'}"
 
 
 def escape(text: Any) -> str:
     """Any value as HTML text (a skill's or a script's text is never markup)."""
     return html.escape(str(text))
+
+
+def preformatted(text: Any, css_class: str = "") -> str:
+    """Literal text as HTML: escaped, every space and line kept (a script's `__init__` or `# x` is not Markdown)."""
+    shown = f" class='{css_class}'" if css_class else ""
+    return f"<pre{shown} style='{PRE_STYLE}'>{escape(text)}</pre>"
 
 
 class View:
@@ -66,9 +80,17 @@ def table_text(columns: Sequence[str], rows: Sequence[Sequence[str]], numeric: f
     return "\n".join([line(columns), *(line(r) for r in rows)])
 
 
-def table_html(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+def cell_style(index: int, names: Collection[int] = (0,), numeric: Collection[int] = ()) -> str:
+    """The inline style of column `index`: numbers right-aligned, names kept on one line, other text left-aligned."""
+    return NUMBER_CELL_STYLE if index in numeric else NAME_CELL_STYLE if index in names else CELL_STYLE
+
+
+def table_html(columns: Sequence[str], rows: Sequence[Sequence[str]], names: Collection[int] = (0,),
+               numeric: Collection[int] = ()) -> str:
+    """A table: the `names` columns (skill names, ids) never wrap, the `numeric` ones right-aligned, the rest left."""
+    head = "".join(f"<th style='{cell_style(i, names, numeric)}'>{escape(c)}</th>" for i, c in enumerate(columns))
+    body = "".join("<tr>" + "".join(f"<td style='{cell_style(i, names, numeric)}'>{escape(c)}</td>"
+                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

@@ -24,7 +24,7 @@ def changes_text(changes, title: str) -> str:
     """A run's changes as text: one line each (kind, path, size), each text file's diff indented under it."""
     lines = [title]
     for c in changes:
-        lines.append(f"  {c.kind:<8} {c.path} ({c.bytes:,} byte{'' if c.bytes == 1 else 's'}{_change_detail(c)})")
+        lines.append(f"  {c.kind:<8} {c.path} ({plural(c.bytes, 'byte')}{_change_detail(c)})")
         if c.diff:
             lines += [f"      {line}" for line in c.diff.rstrip("\n").split("\n")]
     return "\n".join(lines)
@@ -34,7 +34,7 @@ def changes_html(changes, title: str) -> str:
     """A run's changes as HTML: a table, then each diff in a <pre> (escaped: a script's text is never markup)."""
     diffs = "".join(f"<p><code>{escape(c.path)}</code></p><pre>{escape(c.diff)}</pre>" for c in changes if c.diff)
     return (f"<details open><summary>{escape(title)} ({len(changes)})</summary>"
-            + table_html(CHANGE_COLUMNS, [_change_row(c) for c in changes]) + diffs + "</details>")
+            + table_html(CHANGE_COLUMNS, [_change_row(c) for c in changes], names=(0, 1), numeric=(2,)) + diffs + "</details>")
 
 
 def changes_metadata(changes) -> dict[str, Any]:
@@ -64,7 +64,7 @@ class ApplyView(View):
 
     def text(self) -> str:
         lines = [self._headline()]
-        lines += [f"  applied  {c.kind:<8} {c.path} ({c.bytes:,} byte{'' if c.bytes == 1 else 's'}{_change_detail(c)})"
+        lines += [f"  applied  {c.kind:<8} {c.path} ({plural(c.bytes, 'byte')}{_change_detail(c)})"
                   for c in self.report.applied]
         lines += [f"  refused  {kind:<8} {path}: {reason}" for (kind, path, _size, _c), reason in self._refused()]
         return "\n".join(lines)
@@ -74,7 +74,7 @@ class ApplyView(View):
         rows += [("refused", kind, path, "" if size is None else f"{size:,}", reason)
                  for (kind, path, size, _c), reason in self._refused()]
         diffs = "".join(f"<p><code>{escape(c.path)}</code></p><pre>{escape(c.diff)}</pre>" for c in self.report.applied if c.diff)
-        table = table_html(("outcome", "kind", "path", "bytes", "why refused"), rows) if rows else ""
+        table = table_html(("outcome", "kind", "path", "bytes", "why refused"), rows, names=(0, 1, 2), numeric=(3,)) if rows else ""
         return f"<div class='skills-magic-apply'><p><b>{escape(self._headline())}</b></p>{table}{diffs}</div>"
 
     def data(self) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skills_magic.notebook.views.base import View, escape, table_html, table_text
+from skills_magic.notebook.views.base import View, escape, plural, table_html, table_text
 
 def _rate(value) -> str:
     return "-" if value is None else f"{value:.0%}"
@@ -56,7 +56,7 @@ class EvalView(View):
         t = report.totals()
         return (f"{report.label}: activation direct {_rate(report.activation_rate('direct'))}, paraphrase "
                 f"{_rate(report.activation_rate('paraphrase'))}; false positives {_rate(report.false_positive_rate())}; "
-                f"wrong skill {_rate(report.wrong_skill_rate())}; {t['runs']} runs, {t['calls']} calls, "
+                f"wrong skill {_rate(report.wrong_skill_rate())}; {plural(t['runs'], 'run')}, {plural(t['calls'], 'call')}, "
                 f"{t['input_tokens']:,} input / {t['output_tokens']:,} output tokens"
                 + (f"; batches {', '.join(report.batch_ids)}" if report.batch_ids else ""))
 
@@ -115,7 +115,8 @@ class EvalView(View):
         head = "".join(f"<p><b>{escape(self._headline(r))}</b></p>" for r in self.reports)
         behaviour = "".join(f"<li>{escape(line)}</li>" for line in self._behaviour_lines())
         return (f"<div class='skills-magic-eval'>{head}{activation_chart_svg(self.reports)}"
-                f"{table_html(self._skill_columns(), self._skill_rows())}{table_html(self._prompt_columns(), self._prompt_rows())}"
+                f"{table_html(self._skill_columns(), self._skill_rows(), numeric=range(1, 1 + 2 * len(self.reports)))}"
+                f"{table_html(self._prompt_columns(), self._prompt_rows(), names=(0, 2))}"
                 + (f"<ul>{behaviour}</ul>" if behaviour else "") + "</div>")
 
     def data(self) -> dict[str, Any]:

@@ -125,8 +125,9 @@ class ReviewView(View):
         lines = [f"review of {self.skill.name} (version {self.skill.version}):"]
         for c in self.changes:
             shown = (c.current or c.reviewed or "")[:16]
-            size = f"{self.sizes[c.path]:,}" if c.path in self.sizes else "-"
-            lines.append(f"  {c.kind:<9} {c.path:<40} {size:>9} bytes  sha256 {shown}…")
+            known = self.sizes.get(c.path)
+            size, unit = ("-", "bytes") if known is None else (f"{known:,}", "byte " if known == 1 else "bytes")
+            lines.append(f"  {c.kind:<9} {c.path:<40} {size:>9} {unit}  sha256 {shown}…")
         lines.append(self.confirmation)
         return "\n".join(lines)
 
@@ -164,7 +165,7 @@ class AuditView(View):
         return "\n".join(lines)
 
     def html(self) -> str:
-        return table_html(AUDIT_COLUMNS, self._cells())
+        return table_html(AUDIT_COLUMNS, self._cells(), names=(0, 1), numeric=(5,))
 
     def data(self) -> dict[str, Any]:
         keep = ("event", "skill", "path", "digest", "decision", "decided_by", "exit_code", "detail")

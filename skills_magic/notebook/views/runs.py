@@ -1,13 +1,14 @@
-"""The views of a run: `%%skill run`'s answer with its tool calls, usage and load trace, `%skills trace`, and the
-model choice (`%skills model`, `%ledger model`)."""
+"""The views of a run: `%%skill run`'s answer with its tool calls, usage and load trace (a RunResult is displayed as
+its RunView: `run_bundle`, `ShownRun`), `%skills trace`, and the model choice (`%skills model`, `%ledger model`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from skills_magic.notebook.views.base import View, escape, table_html, table_text
+from skills_magic.notebook.views.base import View, escape, plural, preformatted, table_html, table_text
 from skills_magic.notebook.views.changes import CHANGES_TITLE, changes_html, changes_metadata, changes_text
 from skills_magic.notebook.views.ledger import LEDGER_COLUMNS, ledger_row
+from skills_magic.runs.result import RunResult
 
 
 def _thousands(n: int | None) -> str:
@@ -15,6 +16,9 @@ def _thousands(n: int | None) -> str:
 
 
 TRACE_COLUMNS = ("stage", "object", "bytes", "in tok", "out tok", "cache read", "cache write", "detail")
+TRACE_NUMBERS = frozenset({2, 3, 4, 5, 6})  # the columns of counts: right-aligned, as in the text table
+OUTPUTS_TITLE = "files the scripts wrote (in their scratch folders)"
+OUTPUT_COLUMNS = ("script", "path", "bytes")
 
 
 def trace_rows(trace) -> list[tuple[str, ...]]:
@@ -37,7 +41,7 @@ class TraceView(View):
         return table_text(TRACE_COLUMNS, trace_rows(self.result.trace))
 
     def html(self) -> str:
-        return table_html(TRACE_COLUMNS, trace_rows(self.result.trace))
+        return table_html(TRACE_COLUMNS, trace_rows(self.result.trace), names=(0, 1), numeric=TRACE_NUMBERS)
 
     def data(self) -> dict[str, Any]:
         return {"trace": [e.to_dict() for e in self.result.trace]}
@@ -56,7 +60,7 @@ class RunView(View):
 
         lines = []
         for call in self.result.tool_calls:
-            outcome = f"error: {call.error}" if call.is_error else f"{call.result_bytes:,} bytes"
+            outcome = f"error: {call.error}" if call.is_error else plural(call.result_bytes, "byte")
             lines.append(f"{call.name} {describe_input(call.input)} -> {outcome}")
         return lines
 
@@ -64,7 +68,7 @@ class RunView(View):
         r = self.result
         status = f"stop: {r.stop_reason}"
         if r.client != "none":
-            status += f" after {r.turns} model call{'s' if r.turns != 1 else ''} ({r.client}, {r.model})"
+            status += f" after {plural(r.turns, 'model call')} ({r.client}, {r.model})"
         if r.note:
             status += f"; {r.note}"
         if r.error:
@@ -81,8 +85,8 @@ class RunView(View):
         if self.result.tool_calls:
             parts.append("tool calls:\n" + "\n".join(f"  {line}" for line in self._calls()))
         if self.result.outputs:
-            parts.append("files the scripts wrote (in their scratch folders):\n"
-                         + "\n".join(f"  {o['script']}: {o['path']} ({o['bytes']:,} bytes)" for o in self.result.outputs))
+            parts.append(f"{OUTPUTS_TITLE}:\n"
+                         + "\n".join(f"  {o['script']}: {o['path']} ({plural(o['bytes'], 'byte')})" for o in self.result.outputs))
         if self.result.changes:
             parts.append(changes_text(self.result.changes, f"{CHANGES_TITLE}:"))
         if self.result.ledger_entries:
@@ -93,20 +97,32 @@ class RunView(View):
         parts.append("load trace:\n" + TraceView(self.result).text())
         return "\n\n".join(parts)
 
-    def html(self) -> str:
+    def _answer_html(self) -> str:
+        """The model's answer as Markdown (its own markup, raw HTML shown as text); a script's output (a run without a
+        model) as the literal text it is: `__init__`, `2*3*4`, `# x` and indented JSON stay as printed."""
+        if self.result.client == "none":
+            return preformatted(self.result.final_text.rstrip("\n") or "(no output)", "skills-magic-stdout")
         from markdown_it import MarkdownIt
 
-        answer = MarkdownIt("commonmark", {"html": False}).render(self.result.final_text or "*(no answer)*")
+        return MarkdownIt("commonmark", {"html": False}).render(self.result.final_text or "*(no answer)*")
+
+    def _outputs_html(self) -> str:
+        rows = [(o["script"], o["path"], f"{o['bytes']:,}") for o in self.result.outputs]
+        return (f"<details open><summary>{escape(OUTPUTS_TITLE)} ({len(rows)})</summary>"
+                + table_html(OUTPUT_COLUMNS, rows, names=(0, 1), numeric=(2,)) + "</details>")
+
+    def html(self) -> str:
         calls = "".join(f"<li><code>{escape(line)}</code></li>" for line in self._calls())
+        status = self._status() + (f"\n{self._usage()}" if self.result.client != "none" else "")
         return (
-            f"<div class='skills-magic-run'>{answer}"
+            f"<div class='skills-magic-run'>{self._answer_html()}"
             + (f"<details><summary>tool calls ({len(self.result.tool_calls)})</summary><ul>{calls}</ul></details>" if calls else "")
+            + (self._outputs_html() if self.result.outputs else "")
             + (changes_html(self.result.changes, CHANGES_TITLE) if self.result.changes else "")
             + (f"<details open><summary>ledger entries ({len(self.result.ledger_entries)})</summary>"
                + table_html(LEDGER_COLUMNS, [ledger_row(e) for e in self.result.ledger_entries]) + "</details>"
                if self.result.ledger_entries else "")
-            + f"<p><code>{escape(self._status())}</code>"
-            + (f"<br><code>{escape(self._usage())}</code>" if self.result.client != "none" else "") + "</p>"
+            + preformatted(status, "skills-magic-status")
             + f"<details open><summary>load trace</summary>{TraceView(self.result).html()}</details></div>"
         )
 
@@ -139,6 +155,28 @@ class RunView(View):
         if self.result.changes:  # run ids differ on every run: the command to apply them is metadata
             meta.update(changes_metadata(self.result.changes))
         return meta
+
+
+def run_bundle(result) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The display of a RunResult, exactly its RunView's (the formatter `%load_ext` registers for RunResult)."""
+    return RunView(result, result.seconds)._repr_mimebundle_()
+
+
+class ShownRun(RunResult, RunView):
+    """A RunResult as `%%skill run` returns it: the very object (`_ is session.last_run`, every attribute of
+    RunResult), which also answers what code written when a cell returned a RunView calls on it (`.result`,
+    `.data()`, `.text()`, `_repr_mimebundle_()`)."""
+
+    @property
+    def result(self) -> ShownRun:
+        return self
+
+    @classmethod
+    def of(cls, result: RunResult) -> ShownRun:
+        """The result itself, now shown as its view (its class changes in place, so every holder sees the same object)."""
+        if not isinstance(result, cls):
+            result.__class__ = cls
+        return result
 
 
 class ModelView(View):

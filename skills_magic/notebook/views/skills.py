@@ -4,17 +4,23 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
-from skills_magic.notebook.views.base import PathShow, View, escape, plural
-from skills_magic.skills.catalog import CatalogScan, Source, SourceStatus
+from skills_magic.notebook.views.base import CELL_STYLE, NAME_CELL_STYLE, PathShow, View, escape, plural
+from skills_magic.skills.catalog import CatalogScan, Source, SourceStatus, skip_reasons, skipped_name
 from skills_magic.skills.listing import Listing
 from skills_magic.skills.skill import Diagnostic, Skill
-from skills_magic.skills.validate import Verdict
+from skills_magic.skills.validate import LoadResult, Verdict
+from skills_magic.skills.writing import WrittenFile
 
 ADDED_NAMES_SHOWN = 10  # `%skills add` of a big collection names a few skills, `%skills list` shows them all
 SEVERITY_MARK = {"error": "✗", "warning": "!", "info": "·"}
+# a shown skill body is a document inside the notebook: framed, its headings smaller than the notebook's own
+BODY_STYLE = "border:1px solid #d0d0d0;border-left:4px solid #9e9e9e;border-radius:4px;padding:0.25em 1em;margin:0.5em 0"
+HEADING_SIZES = {"1": "1.3em", "2": "1.2em", "3": "1.1em", "4": "1em", "5": "1em", "6": "1em"}
+SKIPPED_NOTE = "(skipped by the catalog: not listed, cannot be used)"
 
 
 def diagnostic_data(d: Diagnostic, show: PathShow) -> dict[str, Any]:
@@ -31,13 +37,18 @@ def diagnostic_line(d: Diagnostic, show: PathShow) -> str:
 class ListingView(View):
     kind = "listing"
 
-    def __init__(self, scan: CatalogScan, listing: Listing, text: str, show: PathShow, seconds: float | None = None):
+    def __init__(self, scan: CatalogScan, listing: Listing, text: str, show: PathShow, seconds: float | None = None,
+                 source: str | None = None):
         self.scan, self.listing, self._text, self.show, self.seconds = scan, listing, text, show, seconds
+        self.source = source  # `--source LABEL`: the listing holds that source's skills only
 
     def _summary(self) -> str:
         problems = sum(1 for d in self.scan.diagnostics if d.severity != "info")
+        # the count is of the skills listed: with --source, that source's (the catalog's total beside it)
+        count = (plural(len(self.scan.skills), "skill") if self.source is None else
+                 f"{plural(self.listing.total, 'skill')} from {self.source}, of {len(self.scan.skills)} in the catalog")
         return (
-            f"{plural(len(self.scan.skills), 'skill')} ({len(self.scan.shadowed)} hidden by collisions, "
+            f"{count} ({len(self.scan.shadowed)} hidden by collisions, "
             f"{len(self.scan.skipped)} skipped); {plural(problems, 'diagnostic')}: %skills diagnostics"
         )
 
@@ -49,7 +60,8 @@ class ListingView(View):
         parts = []
         for label, entries in self.listing.groups:
             rows = "".join(
-                f"<tr><td style='white-space:nowrap'><code>{escape(e.name)}</code></td><td>{escape(e.description or '')}</td></tr>" for e in entries
+                f"<tr><td style='{NAME_CELL_STYLE}'><code style='white-space:nowrap'>{escape(e.name)}</code></td>"
+                f"<td style='{CELL_STYLE}'>{escape(e.description or '')}</td></tr>" for e in entries
             )
             parts.append(f"<h4>{escape(label)}</h4><table><tbody>{rows}</tbody></table>")
         parts.insert(0, f"<p><em>{escape(self._summary())}</em></p>")
@@ -108,7 +120,10 @@ class SkillView(View):
 
         # raw HTML in a skill body is shown as text, never rendered: skills are untrusted input
         body = MarkdownIt("commonmark", {"html": False}).render(self.skill.body)
-        return f"<div class='skills-magic-skill'><p><code>{escape(self.annotation())}</code></p>{body}</div>"
+        # inline styles, not a <style> block: JupyterLab keeps them when it sanitizes an untrusted notebook's outputs
+        body = re.sub(r"<h([1-6])>", lambda m: f"<h{m[1]} style='font-size:{HEADING_SIZES[m[1]]};margin:0.6em 0 0.3em'>", body)
+        return (f"<div class='skills-magic-skill'><p><code>{escape(self.annotation())}</code></p>"
+                f"<div class='skills-magic-body' style='{BODY_STYLE}'>{body}</div></div>")
 
     def data(self) -> dict[str, Any]:
         fm = self.skill.frontmatter
@@ -126,19 +141,26 @@ class SkillView(View):
 
 
 class VerdictsView(View):
+    """`%skills validate`: the strict verdict of each folder; one the catalog skipped says so (it is not listed)."""
+
     kind = "validation"
 
-    def __init__(self, verdicts: Sequence[Verdict], show: PathShow):
+    def __init__(self, verdicts: Sequence[Verdict], show: PathShow, skipped: Sequence[str] = ()):
         self.verdicts, self.show = list(verdicts), show
+        self.skipped = {os.path.abspath(folder) for folder in skipped}  # folders whose SKILL.md the catalog skipped
 
     @property
     def valid(self) -> bool:
         return all(v.valid for v in self.verdicts)
 
+    def _was_skipped(self, verdict: Verdict) -> bool:
+        return os.path.abspath(verdict.folder) in self.skipped
+
     def text(self) -> str:
         lines = []
         for v in self.verdicts:
-            lines.append(f"{'valid  ' if v.valid else 'INVALID'} {self.show(v.folder)}")
+            note = f" {SKIPPED_NOTE}" if self._was_skipped(v) else ""
+            lines.append(f"{'valid  ' if v.valid else 'INVALID'} {self.show(v.folder)}{note}")
             lines += [f"    {diagnostic_line(d, self.show)}" for d in v.diagnostics]
         ok = sum(v.valid for v in self.verdicts)
         lines.append(f"{ok} of {len(self.verdicts)} valid")
@@ -148,7 +170,8 @@ class VerdictsView(View):
         return {
             "valid": self.valid,
             "results": [
-                {"folder": self.show(v.folder), "valid": v.valid, "diagnostics": [diagnostic_data(d, self.show) for d in v.diagnostics]}
+                {"folder": self.show(v.folder), "valid": v.valid, "diagnostics": [diagnostic_data(d, self.show) for d in v.diagnostics],
+                 **({"skipped": True} if self._was_skipped(v) else {})}  # only there: other outputs stay as they were
                 for v in self.verdicts
             ],
         }
@@ -221,12 +244,14 @@ class AddedView(View):
 
 
 class LintView(View):
-    """`%skills lint`: each skill's description findings (rule, severity, message)."""
+    """`%skills lint`: each skill's description findings (rule, severity, message), and each skill the catalog
+    skipped (it has no description to lint) with why, file and line."""
 
     kind = "lint"
 
-    def __init__(self, findings: dict[str, list]):
+    def __init__(self, findings: dict[str, list], skipped: Sequence[LoadResult] = (), show: PathShow = os.path.basename):
         self.findings = findings
+        self.skipped = {skipped_name(r): skip_reasons(r, show) for r in skipped}
 
     def text(self) -> str:
         lines = []
@@ -235,31 +260,45 @@ class LintView(View):
                 lines.append(f"{name}: clean")
             for f in found:
                 lines.append(f"{name}: {f.severity} [{f.rule}] {f.message}")
+        lines += [f"{name}: skipped, not linted: {reason}" for name, reasons in sorted(self.skipped.items()) for reason in reasons]
         clean = sum(1 for found in self.findings.values() if not found)
-        lines.append(f"{clean} of {len(self.findings)} descriptions clean")
+        skipped = f"; {plural(len(self.skipped), 'skill')} skipped by the catalog" if self.skipped else ""
+        lines.append(f"{clean} of {len(self.findings)} descriptions clean{skipped}")
         return "\n".join(lines)
 
     def data(self) -> dict[str, Any]:
-        return {"skills": {name: [{"rule": f.rule, "severity": f.severity, "message": f.message} for f in found]
-                           for name, found in sorted(self.findings.items())}}
+        data: dict[str, Any] = {"skills": {name: [{"rule": f.rule, "severity": f.severity, "message": f.message} for f in found]
+                                           for name, found in sorted(self.findings.items())}}
+        if self.skipped:  # only where there are some, so the outputs of a clean catalog stay as they were
+            data["skipped"] = dict(sorted(self.skipped.items()))
+        return data
 
 
 class WrittenView(View):
-    """`%%skill write`: where the SKILL.md went, its strict verdict and its lint, at once."""
+    """`%%skill write`: the file written (and the one it replaced), the whole skill's strict verdict and its lint.
+
+    The JSON has `replaced` ({bytes, unchanged}) only when a file was there before."""
 
     kind = "written"
 
-    def __init__(self, name: str, verdict, findings, show: PathShow):
-        self.name, self.verdict, self.findings, self.show = name, verdict, list(findings), show
+    def __init__(self, written: WrittenFile, findings, show: PathShow):
+        self.written, self.verdict, self.findings, self.show = written, written.verdict, list(findings), show
+        self.name = written.name
 
     def text(self) -> str:
-        lines = [f"wrote {self.show(self.verdict.skill_md or self.verdict.folder)}: "
-                 f"{'valid' if self.verdict.valid else 'INVALID'}, {len(self.findings)} lint findings"]
+        verdict = f"{'valid' if self.verdict.valid else 'INVALID'}, {plural(len(self.findings), 'lint finding')}"
+        shown = self.show(self.written.path)
+        lines = [f"wrote {shown}: {verdict}" if self.written.is_skill_md else f"wrote {shown}; skill {self.name}: {verdict}"]
+        if self.written.replaced is not None and not self.written.unchanged:  # the same text again loses nothing
+            lines.append(f"  ! replaced {shown}, which had {plural(self.written.replaced, 'byte')} "
+                         "(--no-overwrite keeps an existing file)")
         lines += [f"  {diagnostic_line(d, self.show)}" for d in self.verdict.diagnostics]
         lines += [f"  {f.severity} [{f.rule}] {f.message}" for f in self.findings]
         return "\n".join(lines)
 
     def data(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.show(self.verdict.skill_md or self.verdict.folder), "valid": self.verdict.valid,
+        replaced = {} if self.written.replaced is None else {
+            "replaced": {"bytes": self.written.replaced, "unchanged": self.written.unchanged}}
+        return {"name": self.name, "path": self.show(self.written.path), "valid": self.verdict.valid, **replaced,
                 "diagnostics": [diagnostic_data(d, self.show) for d in self.verdict.diagnostics],
                 "lint": [{"rule": f.rule, "severity": f.severity, "message": f.message} for f in self.findings]}

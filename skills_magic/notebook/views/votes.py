@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skills_magic.notebook.views.base import View, escape
+from skills_magic.notebook.views.base import CELL_STYLE, NAME_CELL_STYLE, NUMBER_CELL_STYLE, View, escape
 
 VOTE_MARK = {"pending": "…", "upheld": "✓", "refuted": "✗", "abstained": "–"}
 VOTE_COLOUR = {"pending": "#e0e0e0", "upheld": "#b7e1b0", "refuted": "#f3b0ae", "abstained": "#d0d0d0"}
@@ -19,7 +19,7 @@ def vote_title(vote) -> str:
 
 
 def votes_table_html(claims, votes_per_claim: int, summary: str) -> str:
-    head = "".join(f"<th>voter {i}</th>" for i in range(1, votes_per_claim + 1))
+    head = "".join(f"<th style='{NAME_CELL_STYLE}'>voter {i}</th>" for i in range(1, votes_per_claim + 1))
     rows = []
     for c in claims:
         cells = "".join(
@@ -29,9 +29,11 @@ def votes_table_html(claims, votes_per_claim: int, summary: str) -> str:
         )
         outcome = c.outcome if all(v.status != "pending" for v in c.votes) else "pending"
         colour = OUTCOME_COLOUR.get(outcome, "#9e9e9e")
-        rows.append(f"<tr data-claim='{c.index + 1}'><td>{c.index + 1}</td><td>{escape(c.claim.claim)}</td>{cells}"
-                    f"<td class='outcome' data-outcome='{outcome}' style='color:{colour};font-weight:bold'>{outcome}</td></tr>")
-    return (f"<table class='skills-magic-votes'><thead><tr><th>#</th><th>claim</th>{head}<th>outcome</th></tr></thead>"
+        rows.append(f"<tr data-claim='{c.index + 1}'><td style='{NUMBER_CELL_STYLE}'>{c.index + 1}</td>"
+                    f"<td style='{CELL_STYLE}'>{escape(c.claim.claim)}</td>{cells}<td class='outcome' data-outcome='{outcome}' "
+                    f"style='color:{colour};font-weight:bold;{NAME_CELL_STYLE}'>{outcome}</td></tr>")
+    return (f"<table class='skills-magic-votes'><thead><tr><th style='{NUMBER_CELL_STYLE}'>#</th>"
+            f"<th style='{CELL_STYLE}'>claim</th>{head}<th style='{NAME_CELL_STYLE}'>outcome</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table><p class='votes-summary'>{escape(summary)}</p>")
 
 
