@@ -223,3 +223,45 @@ def test_a_real_kernel_hands_a_dataframe_and_interpolates_its_history(tmp_path):
     printed = "".join(o.get("text", "") for o in notebook.cells[-1].outputs)
     assert printed.splitlines()[0] == "Profile the plots of Kew."
     assert printed.splitlines()[1].startswith("- df: pandas.DataFrame (DataFrame), 2 rows x 2 columns (plot, yield), at ")
+
+
+READER = """import csv, os
+with open(os.path.join(os.environ["SKILLS_MAGIC_INPUTS"], "df.csv"), newline="") as handle:
+    rows = list(csv.DictReader(handle))
+print("read", len(rows), "rows of", ", ".join(rows[0]))
+"""
+READ_TURNS = """turns:
+  - tool_use:
+      - name: run_skill_script
+        input: {skill: reader, path: scripts/read.py}
+  - text: Done.
+"""
+
+
+@pytest.mark.needs_sandbox
+def test_a_person_answers_the_prompt_and_the_script_reads_what_the_kernel_handed(tmp_path, monkeypatch):
+    """jupyter_client, stdin allowed, as JupyterLab runs a cell: the model asks to run a script, the person answers
+    once on stdin, and the script, in the sandbox, reads the DataFrame the cell handed the run."""
+    from jupyter_client.manager import start_new_kernel
+    from test_kernel_prompt import execute
+
+    script_skill(tmp_path / "skills", "read.py", READER, name="reader")
+    (tmp_path / "turns.yaml").write_text(READ_TURNS, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        execute(client, "%env SKILLS_MAGIC_SOURCES=bundled\n%env SKILLS_MAGIC_DB=.skills/test.sqlite\n"
+                        "%load_ext skills_magic\n%skills add skills\n%skills model scripted turns.yaml\n"
+                        "import pandas as pd\ndf = pd.DataFrame({'plot': ['a', 'b', 'c'], 'yield': [1, 2, 3]})")
+        prompts, outputs, reply = execute(client, "%%skill run --with df\nRead the table.", answers=["o"])
+        _, printed, _ = execute(client, "print(_.tool_calls[0].is_error, _.inputs[0].name)\n"
+                                        "print(_.messages[2]['content'][0]['content'].strip())")
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+    assert reply["status"] == "ok"
+    (prompt,) = prompts
+    assert "skill reader wants to run scripts/read.py" in prompt and "sandbox   yes" in prompt
+    assert "exit code 0" in "\n".join(outputs)
+    assert "".join(printed).strip().splitlines() == ["False df", "read 3 rows of plot, yield"]  # the tool result
