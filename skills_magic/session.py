@@ -22,7 +22,7 @@ from skills_magic.records import ledger_check
 from skills_magic.records.audit import AuditLog
 from skills_magic.records.db import Database, resolve_path
 from skills_magic.records.ledger import Ledger, NoPlan, plan_name
-from skills_magic.runs import conversation, eval_plan, evals, experiment, notebooks, pytools, script_tool, voting
+from skills_magic.runs import conversation, eval_plan, evals, experiment, fields, notebooks, pytools, script_tool, voting
 from skills_magic.runs import inputs as kernel_inputs
 from skills_magic.runs import verify as v  # the constants a verification's options default to
 from skills_magic.runs.experiment import LEDGER_METADATA_KEY, LEDGER_OUTPUT_CHARS  # noqa: F401  (re-exported)
@@ -207,19 +207,21 @@ class SkillsSession:
         client = start.client(replay and self._path(replay), record and os.path.join(self.cwd, record), self.client)
         placeholders = base.capabilities(client).placeholders
         task, inputs_folder, written = kernel_inputs.prepare(task, inputs or {}, self.cwd)
-        tool = script_tool.ScriptTool(self.gate().with_inputs(inputs_folder), asker or self.asker, placeholders if isinstance(placeholders, dict) else None)
+        tool = script_tool.ScriptTool(self.gate().with_inputs(inputs_folder), asker or self.asker,
+                                      placeholders if isinstance(placeholders, dict) else None)
         agent = Agent(self.scan().skills, client, self.resolve_model_id(client, model, chosen),
                       show_path=self.show_path, session_id=self.session_id, budget=self.budget,
                       max_turns=max_turns or DEFAULT_MAX_TURNS, run_script=tool.run_script,
-                      expand_inline=tool.expand_inline, ledger=self._ledger_tool(chosen), python_tools=self.tools)
+                      expand_inline=tool.expand_inline, ledger=self._ledger_tool(chosen), python_tools=self.tools,
+                      files=fields.run_files(written, arguments, self.cwd), model_fixed=model is not None)
         started = time.perf_counter()
         try:
-            result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event, **start.options())
+            result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event,
+                               **start.options())
         finally:
             self.last_run_seconds = time.perf_counter() - started
         self.last_run = tool.kept_in(result)
-        self.last_run.inputs = written
-        self.last_run.seconds = self.last_run_seconds
+        self.last_run.inputs, self.last_run.seconds = written, self.last_run_seconds
         self.conversation.advance(start, self.last_run, agent.activated, client)
         return self.last_run
 
@@ -234,9 +236,10 @@ class SkillsSession:
         chosen = self.skill(skill)
         started = time.perf_counter()
         folder, written = kernel_inputs.write_inputs(inputs, self.cwd) if inputs else (None, [])
-        self.last_run = script_tool.run_directly(self.gate().with_inputs(folder), chosen, script, stdin, arguments, self.asker)
-        self.last_run_seconds, self.last_run.inputs = time.perf_counter() - started, written
-        self.last_run.seconds = self.last_run_seconds
+        self.last_run = script_tool.run_directly(self.gate().with_inputs(folder), chosen, script, stdin, arguments,
+                                                 self.asker)
+        self.last_run_seconds = self.last_run.seconds = time.perf_counter() - started
+        self.last_run.inputs = written
         return self.last_run
 
     def verify(self, claims, *, votes: int | None = None, refutations: int | None = None, concurrency: int | None = None,

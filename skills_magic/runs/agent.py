@@ -1,9 +1,11 @@
 """The agent loop: a model that sees only the catalog until it activates a skill, and reads files only when needed.
 
-The system prompt is short instructions plus the `<available_skills>` catalog (model-visible skills, under the
-budget, no locations), marked for prompt caching and byte-identical for the same catalog. Tools (`runs.tools`):
-`activate_skill(name)`, `read_skill_resource(skill, path)`, `run_skill_script(skill, path, args, stdin)`, and the
-user's Python functions (`runs.pytools`). Every disclosure is a row of the load trace: discover (or continue, when a
+The system prompt is short instructions plus the `<available_skills>` catalog (model-visible skills whose `paths`
+match the run's files, under the budget, no locations), marked for prompt caching and byte-identical for the same
+catalog. Tools (`runs.tools`): `activate_skill(name)`, `read_skill_resource(skill, path)`,
+`run_skill_script(skill, path, args, stdin)`, and the user's Python functions (`runs.pytools`). With no skill
+visible (and none active) the system prompt has neither catalog nor instructions, and no skill tool is offered.
+An activated skill's `model` and `effort` apply to the requests after its activation (`runs.fields`). Every disclosure is a row of the load trace: discover (or continue, when a
 run goes on with an earlier conversation), activate, reference, execute, call (a Python function), model call.
 
 Whatever the model sends as a tool's input (wrong types, missing fields, NUL characters, lone surrogates, huge
@@ -20,6 +22,7 @@ from typing import Any
 
 from skills_magic.errors import DatabaseUnreadable
 from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, capabilities, usage_of
+from skills_magic.runs import fields
 from skills_magic.runs.disclosure import ResourceError, activation_text, deny_inline, read_resource
 from skills_magic.runs.pytools import ToolRegistry
 from skills_magic.runs.result import RunResult, ToolCall, TraceEvent  # re-exported: their home before the split
@@ -27,7 +30,7 @@ from skills_magic.runs.tools import (EXPERIMENT_ACTIONS, SHOWN_INPUT_CHARS, Tool
                                      experiment_tool, input_problem, quoted, tool_definitions)
 # re-exported: its home before the split
 from skills_magic.runs.tools import MAX_INPUT_DEPTH, MAX_INPUT_STRING_CHARS, describe_input  # noqa: F401
-from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS, xml_listing
+from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS, listed_description, xml_listing
 from skills_magic.skills.skill import Skill
 
 DEFAULT_MAX_TURNS = 20  # model calls per run; a loop that needs more is usually stuck
@@ -79,32 +82,46 @@ class Agent:
                  show_path: Callable[[str], str], session_id: str = "", budget: int | None = DEFAULT_BUDGET_CHARS,
                  max_turns: int = DEFAULT_MAX_TURNS, max_tokens: int = DEFAULT_MAX_TOKENS,
                  run_script: ScriptRunner | None = None, expand_inline: Callable[[Skill, str], str] = deny_inline,
-                 ledger: tuple[str, LedgerTool] | None = None, python_tools: ToolRegistry | None = None):
+                 ledger: tuple[str, LedgerTool] | None = None, python_tools: ToolRegistry | None = None,
+                 files: Sequence[str] = (), model_fixed: bool = False):
+        """`files`: the run's files, which a skill's `paths` must match for the model to see it; `model_fixed`: the
+        user chose the model (--model), so an activated skill's own `model` does not change it."""
         self.all_skills = {s.name: s for s in skills}
-        visible = [s for s in skills if s.model_visible]
-        self.listing, self.catalog = xml_listing(visible, budget)
+        visible, self.left_out_by_paths = fields.visible_for_files([s for s in skills if s.model_visible], files)
+        self.listing, self.catalog = xml_listing(visible, budget, describe=listed_description)
         self.visible = {e.name: e.skill for e in self.listing.entries()}
         self.model = model
         self.model_id = model_id
+        self.model_fixed = model_fixed
+        self.effort: str | None = None  # `output_config.effort` of the requests, set by an activated skill
         self.show_path = show_path
         self.session_id = session_id
         self.max_turns = max_turns
         self.max_tokens = max_tokens
         self.run_script = run_script
         self.expand_inline = expand_inline
-        self.system = f"{SYSTEM_INSTRUCTIONS}\n\n{self.catalog}"
-        self.tools = tool_definitions(list(self.visible))
+        self.system = f"{SYSTEM_INSTRUCTIONS}\n\n{self.catalog}" if self.visible else ""
         self.ledger = ledger
-        if ledger is not None:
-            self.tools.append(experiment_tool(ledger[0]))
         self.python_tools = python_tools
-        if python_tools is not None:
-            self.tools.extend(python_tools.definitions())
+        self.activated: dict[str, Skill] = {}
+        self.tools = self._tools()
         placeholders = capabilities(model).placeholders
         if isinstance(placeholders, dict) and session_id:
             placeholders[session_id] = "${CLAUDE_SESSION_ID}"
 
     # --- the tools ----------------------------------------------------------------------------------------------
+
+    def _tools(self) -> list[dict[str, Any]]:
+        """The skill tools while any skill is visible or active (`activate_skill` only when one is visible), then
+        the experiment tool and the user's Python functions."""
+        tools = tool_definitions(list(self.visible)) if self.visible or self.activated else []
+        if not self.visible:
+            tools = [t for t in tools if t["name"] != "activate_skill"]
+        if self.ledger is not None:
+            tools.append(experiment_tool(self.ledger[0]))
+        if self.python_tools is not None:
+            tools.extend(self.python_tools.definitions())
+        return tools
 
     def _skill(self, value: Any, field_name: str = "skill") -> Skill:
         if not isinstance(value, str) or not value:
@@ -122,8 +139,20 @@ class Agent:
             return ALREADY_ACTIVE.format(name=skill.name)
         self.activated[skill.name] = skill
         text = activation_text(skill, self.show_path(skill.folder), arguments, self.session_id, self.expand_inline)
-        result.trace.append(TraceEvent("activate", skill.name, bytes=_size(text)))
+        result.trace.append(TraceEvent("activate", skill.name, bytes=_size(text), detail=self._apply_fields(skill)))
         return text
+
+    def _apply_fields(self, skill: Skill) -> str:
+        """The activated skill's `model` and `effort`, for the requests after this one; what changed, in words."""
+        said = []
+        wanted = fields.skill_model(skill)
+        if wanted and wanted != self.model_id:
+            said.append(f"model {wanted}: not used, --model chose {self.model_id}" if self.model_fixed else f"model {wanted}")
+            self.model_id = self.model_id if self.model_fixed else wanted
+        if skill.frontmatter.effort is not None:
+            self.effort, words = fields.effort_setting(skill.frontmatter.effort, self.model_id)
+            said.append(words)
+        return "; ".join(said)
 
     def _call_tool(self, block: dict[str, Any], arguments: Sequence[str], result: RunResult) -> dict[str, Any]:
         name, data = block.get("name"), block.get("input")
@@ -217,14 +246,15 @@ class Agent:
     # --- the loop -----------------------------------------------------------------------------------------------
 
     def request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "model": self.model_id,
-            "max_tokens": self.max_tokens,
+        request: dict[str, Any] = {"model": self.model_id, "max_tokens": self.max_tokens}
+        if self.system:  # an empty text block is refused by the API: no catalog, no system prompt
             # one cache breakpoint after the system prompt caches tools + system: identical on every call of a run
-            "system": [{"type": "text", "text": self.system, "cache_control": {"type": "ephemeral"}}],
-            "tools": self.tools,
-            "messages": list(messages),  # a snapshot: the loop appends to its own list after the call
-        }
+            request["system"] = [{"type": "text", "text": self.system, "cache_control": {"type": "ephemeral"}}]
+        request["tools"] = self.tools
+        request["messages"] = list(messages)  # a snapshot: the loop appends to its own list after the call
+        if self.effort is not None:
+            request["output_config"] = {"effort": self.effort}
+        return request
 
     def _account(self, response: Response, result: RunResult) -> None:
         usage = usage_of(response)
@@ -244,7 +274,7 @@ class Agent:
         `skill`, that skill is activated explicitly (no model decision). With `messages` (a conversation so far, as
         `runs.conversation` hands it on), `activated` (the skills it activated: not sent again) and `system` (the
         system prompt it was sent, so the cached prefix stays valid), the run continues that conversation."""
-        self.activated: dict[str, Skill] = dict(activated or {})
+        self.activated = dict(activated or {})
         if system is not None:
             self.system = system
         blocks = [{"type": "text", "text": clean_text(task)}] if isinstance(task, str) else clean(list(task))
@@ -255,8 +285,10 @@ class Agent:
             active = f"; active, not sent again: {', '.join(self.activated)}" if self.activated else ""
             result.trace.append(TraceEvent("continue", "the conversation so far", detail=f"{len(messages)} earlier messages{active}"))
         else:
-            result.trace.append(TraceEvent("discover", f"catalog of {self.listing.shown} skill{'' if self.listing.shown == 1 else 's'}", bytes=_size(self.catalog),
-                                           detail=self.listing.marker() or ""))
+            left_out = f"{self.left_out_by_paths} left out by `paths` (no file of the run matches)" if self.left_out_by_paths else ""
+            result.trace.append(TraceEvent("discover", f"catalog of {self.listing.shown} skill{'' if self.listing.shown == 1 else 's'}",
+                                           bytes=_size(self.catalog) if self.visible else 0,
+                                           detail="; ".join(d for d in (self.listing.marker(), left_out) if d)))
         notify = self.notify = on_event or (lambda kind, value: None)
         first: list[dict[str, Any]] = []
         if skill is not None:
@@ -264,6 +296,7 @@ class Agent:
             if chosen is None:
                 raise ToolInputError(f"no skill named {skill!r}")
             first.append({"type": "text", "text": self._activate(chosen, arguments, result)})
+        self.tools = self._tools()  # an explicit or continued skill brings its file tools, even with no catalog
         first.extend(blocks)
         result.messages.extend(_followed_by(messages, first))
         try:

@@ -4,6 +4,11 @@ Over budget, in this order: descriptions are shortened (to the longest uniform l
 MIN_DESCRIPTION_CHARS), then dropped from the lowest-precedence group first (from the end of each group), then
 whole entries the same way. A final marker line says exactly how many skills were shown of how many and what was
 dropped: a listing is never silently incomplete. The marker's own length is inside the budget.
+
+An entry's text is its description with its `when_to_use` after it (`listed_description`), cut at
+ENTRY_CAP_CHARS under any budget, as Claude Code does (with no budget, `--budget 0`, everything is shown whole).
+`skills-magic to-prompt` keeps `xml_listing`'s default,
+`raw_description`: skills-ref knows neither the field nor the cap, and its output stays byte-identical.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ CHARS_PER_TOKEN = 4  # the usual estimate for English text
 DEFAULT_BUDGET_CHARS = 8_000  # 1% of a 200k-token context window x 4 chars per token (DESIGN section 3)
 MIN_DESCRIPTION_CHARS = 40  # shorter than this a description says nothing; drop it instead
 ELLIPSIS = "…"
+ENTRY_CAP_CHARS = 1_536  # Claude Code's cap on one listing entry's description (with its when_to_use)
+WHEN_TO_USE_SEPARATOR = " - "  # between the description and `when_to_use`, as Claude Code joins them
 
 
 def budget_for_context(context_tokens: int, percent: float = 0.01) -> int:
@@ -30,12 +37,28 @@ def shorten(text: str, limit: int | None) -> str:
     return text[: max(limit - 1, 0)].rstrip() + ELLIPSIS
 
 
+def raw_description(skill: Skill) -> str:
+    """The description alone, as skills-ref lists it."""
+    return skill.description
+
+
+def listed_description(skill: Skill) -> str:
+    """What a listing says of a skill: its description, then its `when_to_use` (uncapped)."""
+    when = " ".join((skill.frontmatter.when_to_use or "").split())
+    return f"{skill.description}{WHEN_TO_USE_SEPARATOR}{when}" if when else skill.description
+
+
+Describe = Callable[[Skill], str]
+
+
 @dataclass
 class Entry:
-    """One skill as it appears in a listing: the description shown (None when dropped)."""
+    """One skill as it appears in a listing: its full text (`listed`, after the per-entry cap) and the description
+    shown (None when dropped)."""
 
     skill: Skill
     description: str | None
+    listed: str = ""
 
     @property
     def name(self) -> str:
@@ -43,7 +66,7 @@ class Entry:
 
     @property
     def shortened(self) -> bool:
-        return self.description is not None and self.description != self.skill.description
+        return self.description is not None and self.description != self.listed
 
 
 @dataclass
@@ -57,6 +80,7 @@ class Listing:
     description_limit: int | None = None
     dropped_descriptions: int = 0
     dropped_entries: dict[str, int] = field(default_factory=dict)  # source label -> entries dropped
+    capped: int = 0  # entries cut at ENTRY_CAP_CHARS before any budget
 
     @property
     def shown(self) -> int:
@@ -64,7 +88,7 @@ class Listing:
 
     @property
     def truncated(self) -> bool:
-        return self.shown < self.total or self.shortened > 0 or self.dropped_descriptions > 0
+        return self.shown < self.total or self.shortened > 0 or self.dropped_descriptions > 0 or self.capped > 0
 
     def entries(self) -> list[Entry]:
         return [e for _, entries in self.groups for e in entries]
@@ -72,17 +96,20 @@ class Listing:
     def marker(self) -> str | None:
         if not self.truncated:
             return None
-        return _marker(self.shown, self.total, self.shortened, self.description_limit, self.dropped_descriptions, self.dropped_entries)
+        return _marker(self.shown, self.total, self.shortened, self.description_limit, self.dropped_descriptions,
+                       self.dropped_entries, self.capped)
 
 
-def _marker(shown: int, total: int, shortened: int, limit: int | None, dropped_descriptions: int, dropped_entries: dict[str, int]) -> str:
+def _marker(shown: int, total: int, shortened: int, limit: int | None, dropped_descriptions: int,
+            dropped_entries: dict[str, int], capped: int = 0) -> str:
     dropped = sum(dropped_entries.values())
     where = ""
     if dropped:
         where = " (" + ", ".join(f"{label}: {n}" for label, n in dropped_entries.items()) + ")"
+    cap = f"capped {_count(capped, 'entry', 'entries')} at {ENTRY_CAP_CHARS:,} characters; " if capped else ""
     short = f"shortened {_count(shortened, 'description')} to {limit} characters; " if shortened else ""
     return (
-        f"[skills listing truncated: showed {shown} of {total} skills; {short}dropped "
+        f"[skills listing truncated: showed {shown} of {total} skills; {cap}{short}dropped "
         f"{_count(dropped_descriptions, 'description')} and {_count(dropped, 'entry', 'entries')}{where}; "
         f"the full catalog: %skills list --budget 0]"
     )
@@ -108,40 +135,51 @@ class Format:
     entry: Callable[[Skill, str | None], int]
 
 
-def plan_listing(skills: Sequence[Skill], budget: int | None, fmt: Format) -> Listing:
-    """Fit skills (in precedence order) into `budget` characters of `fmt`; None or 0 means no budget."""
+def _capped_entry(skill: Skill, describe: Describe, cap: bool) -> Entry:
+    text = describe(skill)
+    listed = shorten(text, ENTRY_CAP_CHARS) if cap else text
+    return Entry(skill, listed, listed)
+
+
+def plan_listing(skills: Sequence[Skill], budget: int | None, fmt: Format, describe: Describe = listed_description) -> Listing:
+    """Fit skills (in precedence order) into `budget` characters of `fmt`; None or 0 means no budget. Each entry says
+    `describe(skill)`, cut at ENTRY_CAP_CHARS under a budget (no budget: everything, whole) unless `describe` is
+    `raw_description` (skills-ref's listing)."""
     grouped = _group(skills)
-    listing = Listing([(label, [Entry(s, s.description) for s in group]) for label, group in grouped], len(skills), budget or None)
+    cap = bool(budget) and describe is not raw_description
+    listing = Listing([(label, [_capped_entry(s, describe, cap) for s in group]) for label, group in grouped], len(skills),
+                      budget or None)
+    listing.capped = sum(e.listed != describe(e.skill) for e in listing.entries())
     if not budget:
         return listing
     entries = listing.entries()
     overhead = fmt.fixed + sum(fmt.group(label) for label, _ in grouped)
 
     def size(limit: int | None) -> int:
-        return overhead + sum(fmt.entry(e.skill, shorten(e.skill.description, limit)) for e in entries)
+        return overhead + sum(fmt.entry(e.skill, shorten(e.listed, limit)) for e in entries)
 
     if size(None) <= budget:
         return listing
-    # reserve room for the marker: its longest form, every count at its largest
+    # reserve room for the marker: its longest form, every count at its largest (the capped count is already known)
     n = len(skills)
-    reserve = len(_marker(n, n, n, 10**6, n, {label: n for label, _ in grouped})) + 1
+    reserve = len(_marker(n, n, n, 10**6, n, {label: n for label, _ in grouped}, listing.capped)) + 1
     room = budget - reserve
     bare = [fmt.entry(e.skill, None) for e in entries]  # an entry without its description
     current = overhead + sum(bare)
     if current <= room and size(MIN_DESCRIPTION_CHARS) <= room:
-        low, high = MIN_DESCRIPTION_CHARS, max(len(s.description) for s in skills)  # the largest uniform limit that fits
+        low, high = MIN_DESCRIPTION_CHARS, max(len(e.listed) for e in entries)  # the largest uniform limit that fits
         while low < high:
             mid = (low + high + 1) // 2
             low, high = (mid, high) if size(mid) <= room else (low, mid - 1)
         for e in entries:
-            e.description = shorten(e.skill.description, low)
+            e.description = shorten(e.listed, low)
         listing.shortened = sum(e.shortened for e in entries)
         listing.description_limit = low
         return listing
     if current <= room:
         # shortest descriptions for all, then drop them from the lowest precedence group, from its end
         for e in entries:
-            e.description = shorten(e.skill.description, MIN_DESCRIPTION_CHARS)
+            e.description = shorten(e.listed, MIN_DESCRIPTION_CHARS)
         costs = [fmt.entry(e.skill, e.description) - b for e, b in zip(entries, bare, strict=True)]
         current += sum(costs)
         for index in range(len(entries) - 1, -1, -1):
@@ -196,7 +234,7 @@ def render_text(listing: Listing) -> str:
 
 
 def text_listing(skills: Sequence[Skill], budget: int | None = DEFAULT_BUDGET_CHARS) -> tuple[Listing, str]:
-    listing = plan_listing(skills, budget, TEXT_FORMAT)
+    listing = plan_listing(skills, budget, TEXT_FORMAT, listed_description)
     return listing, render_text(listing)
 
 
@@ -246,9 +284,9 @@ def render_xml(listing: Listing, location: LocationOf, name: NameOf = _listed_na
 
 
 def xml_listing(skills: Sequence[Skill], budget: int | None = None, location: LocationOf = _no_location,
-                name: NameOf = _listed_name) -> tuple[Listing, str]:
-    """`<available_skills>` for these skills. The model's catalog has no `<location>` and the listed names; with
-    `location` and `name=Skill.written_name` (as `skills-magic to-prompt` does) it is byte-identical to skills-ref's
-    `to_prompt`."""
-    listing = plan_listing(skills, budget, xml_format(location, name))
+                name: NameOf = _listed_name, describe: Describe = raw_description) -> tuple[Listing, str]:
+    """`<available_skills>` for these skills. The model's catalog has no `<location>`, the listed names and
+    `describe=listed_description` (with `when_to_use`, capped); with `location`, `name=Skill.written_name` and the
+    raw descriptions (as `skills-magic to-prompt` asks) it is byte-identical to skills-ref's `to_prompt`."""
+    listing = plan_listing(skills, budget, xml_format(location, name), describe)
     return listing, render_xml(listing, location, name)

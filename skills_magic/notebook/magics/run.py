@@ -111,6 +111,10 @@ class RunMagics(SessionMagics):
             else:
                 if not task.strip() and name is None:
                     raise UsageError(f"the cell body is the task, and it is empty; {RUN_USAGE}")
+                if name is not None:  # `user-invocable: false`: the model may choose the skill, the user not name it
+                    from skills_magic.runs.fields import check_user_invocable
+
+                    check_user_invocable(self.session.skill(name))
                 if not args.raw:
                     task = interpolate(task, self.shell.user_ns, self.cell_errors)
                 options = dict(model=args.model, max_turns=args.max_turns, record=args.record, replay=args.replay,

@@ -277,7 +277,7 @@ class LintView(View):
 class WrittenView(View):
     """`%%skill write`: the file written (and the one it replaced), the whole skill's strict verdict and its lint.
 
-    The JSON has `replaced` ({bytes, unchanged}) only when a file was there before."""
+    The JSON has `replaced` ({bytes, unchanged}) only when a file with other bytes was there before."""
 
     kind = "written"
 
@@ -297,8 +297,9 @@ class WrittenView(View):
         return "\n".join(lines)
 
     def data(self) -> dict[str, Any]:
-        replaced = {} if self.written.replaced is None else {
-            "replaced": {"bytes": self.written.replaced, "unchanged": self.written.unchanged}}
+        # the same text written again is no replacement: Restart & Run All shows the same output as the first run
+        replaced = {} if self.written.replaced is None or self.written.unchanged else {
+            "replaced": {"bytes": self.written.replaced, "unchanged": False}}
         return {"name": self.name, "path": self.show(self.written.path), "valid": self.verdict.valid, **replaced,
                 "diagnostics": [diagnostic_data(d, self.show) for d in self.verdict.diagnostics],
                 "lint": [{"rule": f.rule, "severity": f.severity, "message": f.message} for f in self.findings]}
