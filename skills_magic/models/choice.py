@@ -58,9 +58,17 @@ def model_id_for(client: ModelClient, explicit: str | None, skill_model: str | N
 
     if explicit:
         return resolve_model(explicit)
-    if skill_model and skill_model != "inherit":
-        return resolve_model(skill_model)
+    asked = requested_model(skill_model)
+    if asked:
+        return asked
     return resolve_model(chosen_id or capabilities(client).recorded_model)
+
+
+def requested_model(field: str | None) -> str | None:
+    """What a skill's `model` field asks for, its alias resolved; None for no field or `inherit`."""
+    from skills_magic.models.anthropic import resolve_model
+
+    return resolve_model(field) if field and field != "inherit" else None
 
 
 def _required(value: str | None, usage: str) -> str:

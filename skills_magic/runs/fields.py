@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from skills_magic.errors import SkillsMagicError
-from skills_magic.models.anthropic import resolve_model
+from skills_magic.models.choice import requested_model
 from skills_magic.skills.skill import Skill
 
 EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")  # the Messages API's `output_config.effort` values
@@ -81,8 +81,7 @@ def visible_for_files(skills: Sequence[Skill], files: Sequence[str]) -> tuple[li
 
 def skill_model(skill: Skill) -> str | None:
     """The model a skill asks for (its alias resolved), or None (`inherit` or no `model`)."""
-    wanted = skill.frontmatter.model
-    return resolve_model(wanted) if wanted and wanted != "inherit" else None
+    return requested_model(skill.frontmatter.model)
 
 
 def effort_supported(model_id: str) -> bool:
