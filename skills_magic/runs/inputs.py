@@ -22,6 +22,7 @@ from typing import Any
 
 from skills_magic.errors import SkillsMagicError
 from skills_magic.safety.gate import INPUTS_VARIABLE
+from skills_magic.safety.skill_scan import digest as file_digest
 
 INPUTS_FOLDER = os.path.join(".skills", "inputs")  # one folder a run under the working folder: scripts see it
 MAX_IMAGE_BYTES = 5 * 1024 * 1024  # the Messages API's limit for one base64 image
@@ -148,9 +149,8 @@ def write_inputs(values: Mapping[str, Any], working_folder: str) -> tuple[str, l
     try:
         written = [_write_one(name, value, writing) for name, value in values.items()]
         digest = hashlib.sha256()
-        for item in written:
-            with open(item.path, "rb") as handle:
-                digest.update(item.name.encode() + b"\0" + hashlib.sha256(handle.read()).digest())
+        for item in written:  # each file hashed in blocks as it is read back: an input may be large
+            digest.update(f"{item.name}\0{file_digest(item.path)}\n".encode())
         folder = os.path.join(root, f"in-{digest.hexdigest()[:12]}")
         if os.path.isdir(folder):  # the same data handed before: its files are these bytes already
             shutil.rmtree(writing)
