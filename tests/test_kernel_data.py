@@ -265,3 +265,34 @@ def test_a_person_answers_the_prompt_and_the_script_reads_what_the_kernel_handed
     assert "skill reader wants to run scripts/read.py" in prompt and "sandbox   yes" in prompt
     assert "exit code 0" in "\n".join(outputs)
     assert "".join(printed).strip().splitlines() == ["False df", "read 3 rows of plot, yield"]  # the tool result
+
+
+TAMPER = """import os
+folder = os.environ["SKILLS_MAGIC_INPUTS"]
+for attempt in (lambda: open(os.path.join(folder, "df.csv"), "w").write("forged"),
+                lambda: os.remove(os.path.join(folder, "df.csv")),
+                lambda: open(os.path.join(folder, "extra.csv"), "w").write("x")):
+    try:
+        attempt()
+        print("changed")
+    except OSError as error:
+        print("refused", error.errno)
+"""
+
+
+@pytest.mark.needs_sandbox
+def test_a_script_cannot_rewrite_what_the_kernel_handed_its_run(tmp_path, monkeypatch):
+    """The inputs folder is under .skills/, read-only in every sandbox: a script cannot forge the data a later script
+    (or the next run handed the same data, at the same path) reads."""
+    notebook_folder(monkeypatch, tmp_path)
+    script_skill(tmp_path / "skills", "tamper.py", TAMPER, name="tamper")
+    session = SkillsSession(sources=[Source("path", str(tmp_path / "skills"), explicit=True)], cwd=str(tmp_path))
+    session.add_rule("allow", "tamper:scripts/*")
+    frame = pandas.DataFrame({"plot": ["a"], "yield": [1]})
+
+    result = session.run_script("tamper", "scripts/tamper.py", inputs={"df": frame})
+
+    assert result.error is None, result.error
+    assert [line.split()[0] for line in result.final_text.splitlines()] == ["refused"] * 3
+    path = Path(result.inputs[0].path)
+    assert pandas.read_csv(path).equals(frame) and sorted(p.name for p in path.parent.iterdir()) == ["df.csv"]
