@@ -194,17 +194,19 @@ class SkillsSession:
         wanted = self.ledger_for_model or experiment.asks_for_ledger(skill)
         return experiment.experiment_tool(self.ledger, self.current_plan()) if wanted else None
 
-    def run(self, task: str, skill: str | None = None, arguments: Sequence[str] = (), *, model: str | None = None,
-            max_turns: int | None = None, record: str | None = None, replay: str | None = None,
+    def run(self, task: str, skill: str | None = None, arguments: str | Sequence[str] = "", *, model: str | None = None,
+            max_turns: int | None = None, record: str | None = None, replay: str | None = None, harness: str | None = None,
             on_text: Callable[[str], None] | None = None, on_event: Callable[[str, Any], None] | None = None,
             asker=None, inputs: Mapping[str, Any] | None = None, continue_conversation: bool = False) -> RunResult:
         """Run a task through the agent loop; with `skill`, that skill is activated explicitly; `inputs`: kernel
-        objects handed to the run by name (`--with`)."""
-        from skills_magic.runs.agent import DEFAULT_MAX_TURNS, Agent
+        objects handed to the run by name (`--with`); `harness`: whose loop (native, claude-code), else the model's."""
+        from skills_magic.runs.claude_code import DEFAULT_MAX_TURNS, loop_for
 
         chosen = self.skill(skill) if skill is not None else None
         start = self.conversation.start(continue_conversation)  # NothingToContinue before anything is spent
-        client = start.client(replay and self._path(replay), record and os.path.join(self.cwd, record), self.client)
+        client = start.client(replay and self._path(replay), record and os.path.join(self.cwd, record),
+                              choice.for_harness(harness, self.client))
+        Agent = loop_for(client)  # noqa: N806 -- the native loop's class, or Claude Code's with the same arguments
         placeholders = base.capabilities(client).placeholders
         task, inputs_folder, written = kernel_inputs.prepare(task, inputs or {}, self.cwd)
         tool = script_tool.ScriptTool(self.gate().with_inputs(inputs_folder), asker or self.asker,
@@ -224,11 +226,6 @@ class SkillsSession:
         self.last_run.inputs, self.last_run.seconds = written, self.last_run_seconds
         self.conversation.advance(start, self.last_run, agent.activated, client)
         return self.last_run
-
-    def _script_runner(self, asker, placeholders: dict[str, str] | None = None):
-        """The model's `run_skill_script` and inline-command runners, as a run hands them to the agent."""
-        tool = script_tool.ScriptTool(self.gate(), asker, placeholders)
-        return tool.run_script, tool.expand_inline
 
     def run_script(self, skill: str, script: str, stdin: str = "", arguments: Sequence[str] = (),
                    inputs: Mapping[str, Any] | None = None) -> RunResult:
@@ -265,11 +262,12 @@ class SkillsSession:
 
     def eval(self, path: str, *, runs: int | None = None, model: str | None = None, strategy: str = "plain",
              compare: str | None = None, behaviour: bool = False, batch: bool = False, resume: str | None = None,
-             on_progress=None):
-        """Activation evals over a prompt set: a report, or two side by side (`compare`: a strategy or a folder)."""
+             on_progress=None, harness: str | None = None):
+        """Activation evals over a prompt set: a report, or two side by side (`compare`: a strategy, a folder, or
+        `harness`: the other harness); `harness`: whose loop the runs go through."""
         resume = eval_plan.resume_ids(batch, resume)
         items = evals.load_prompt_set(self._path(path))
-        client = self.client()
+        client = choice.for_harness(harness, self.client)()
         eval_plan.check_batch_client(client, batch)
         model_id = self.resolve_model_id(client, model, None)
         return eval_plan.run_variants(list(self.scan().skills), client, model_id, items,

@@ -1,7 +1,7 @@
 """Copy-on-write runs and `%skills apply`: a sandboxed script changes, adds and deletes files in the notebook's folder,
 the project stays byte for byte as it was, the run's result and view list the changes with sizes and diffs, and only
 the user's `%skills apply` copies them in, refusing control files, escapes and files changed on disk since the run.
-Also: every word after `%%skill run ... --script PATH` belongs to the script. Real sandboxed runs throughout."""
+Also: everything after `%%skill run --no-model --script PATH NAME` belongs to the script. Real sandboxed runs throughout."""
 
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ from skills_magic.safety.working.changes import (
 from skills_magic.cli import main
 from skills_magic.notebook.views import ApplyView, RunView
 from skills_magic.errors import ChangeError, RunNotFound, UnknownChange
-from skills_magic.notebook.magics import split_script_words
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.safety.sandbox import overlay_availability
 from skills_magic.session import MAX_LISTED_OUTPUTS, SkillsSession
@@ -202,7 +201,7 @@ def test_a_recorded_run_replays_though_its_run_id_differs(place):
 
 @needs_overlay
 def test_skills_apply_copies_every_change_into_the_project_and_audits_each(ip, magics, place):
-    ip.run_cell_magic("skill", "run x --no-model --script scripts/change.py", "\n")
+    ip.run_cell_magic("skill", "run --no-model --script scripts/change.py x", "\n")
     view = ip.run_line_magic("skills", "apply last")
     assert isinstance(view, ApplyView)
     assert view.text().splitlines() == [
@@ -225,7 +224,7 @@ def test_skills_apply_copies_every_change_into_the_project_and_audits_each(ip, m
 
 @needs_overlay
 def test_applying_twice_says_already_applied(ip, magics, place):
-    ip.run_cell_magic("skill", "run x --no-model --script scripts/change.py", "\n")
+    ip.run_cell_magic("skill", "run --no-model --script scripts/change.py x", "\n")
     run_id = magics.session.last_run.run_id
     ip.run_line_magic("skills", f"apply {run_id}")
     after = tree(place)
@@ -240,7 +239,7 @@ def test_applying_twice_says_already_applied(ip, magics, place):
 
 @needs_overlay
 def test_skills_apply_with_a_path_applies_only_that_one(ip, magics, place):
-    ip.run_cell_magic("skill", "run x --no-model --script scripts/change.py", "\n")
+    ip.run_cell_magic("skill", "run --no-model --script scripts/change.py x", "\n")
     run_id = magics.session.last_run.run_id
     view = ip.run_line_magic("skills", f"apply {run_id} new.txt")
     assert [c.path for c in view.report.applied] == ["new.txt"] and not view.report.refused
@@ -253,7 +252,7 @@ def test_skills_apply_with_a_path_applies_only_that_one(ip, magics, place):
 
 @needs_overlay
 def test_a_path_the_run_did_not_change_is_a_clear_error_naming_the_changed_ones(ip, magics, place):
-    ip.run_cell_magic("skill", "run x --no-model --script scripts/change.py", "\n")
+    ip.run_cell_magic("skill", "run --no-model --script scripts/change.py x", "\n")
     with pytest.raises(UsageError) as caught:
         ip.run_line_magic("skills", "apply last same.txt")
     message = str(caught.value)
@@ -265,7 +264,7 @@ def test_a_path_the_run_did_not_change_is_a_clear_error_naming_the_changed_ones(
 def test_an_unknown_run_id_is_a_one_line_error_listing_recent_runs(ip, magics, place):
     with pytest.raises(UsageError, match="no script of this session has run in a sandbox yet; there are no runs yet"):
         ip.run_line_magic("skills", "apply last")
-    ip.run_cell_magic("skill", "run x --no-model --script scripts/change.py", "\n")
+    ip.run_cell_magic("skill", "run --no-model --script scripts/change.py x", "\n")
     run_id = magics.session.last_run.run_id
     for asked in ("run-nope1234", "../../etc", "run-../x"):
         with pytest.raises(UsageError) as caught:
@@ -428,40 +427,27 @@ def test_an_unknown_change_error_names_the_known_paths():
     assert str(RunNotFound("run-x", [])) == "no run named 'run-x' in .skills/runs; there are no runs yet"
 
 
-# --- every word after --script PATH is the script's -------------------------------------------------------------
-
-
-@pytest.mark.parametrize("words, own, script", [
-    (["x", "--no-model", "--script", "s.py", "--port", "1"], ["x", "--no-model", "--script", "s.py"], ["--port", "1"]),
-    (["x", "--no-model", "--script", "s.py", "--", "--help"], ["x", "--no-model", "--script", "s.py"], ["--help"]),
-    (["x", "--no-model", "--script", "s.py", "--", "--"], ["x", "--no-model", "--script", "s.py"], ["--"]),
-    (["x", "--no-model", "--script=s.py", "-v"], ["x", "--no-model", "--script=s.py"], ["-v"]),
-    (["x", "--no-model", "--script"], ["x", "--no-model", "--script"], None),
-    (["x", "--", "--script", "s.py"], ["x", "--", "--script", "s.py"], None),
-    (["x", "a", "b"], ["x", "a", "b"], None),
-])
-def test_words_after_the_script_path_are_split_off_for_the_script(words, own, script):
-    assert split_script_words(words) == (own, script)
+# --- everything after NAME is the script's --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("line, expected", [
-    # webapp-testing's with_server.py: the second `--` is the script's own
-    ('--script scripts/with_server.py --server "python -m http.server 8765" --port 8765 -- python check.py',
+    # webapp-testing's with_server.py: its `--` is the script's own
+    ('--no-model --script scripts/with_server.py x --server "python -m http.server 8765" --port 8765 -- python check.py',
      ["--server", "python -m http.server 8765", "--port", "8765", "--", "python", "check.py"]),
-    ("--script scripts/format_bibtex.py refs.bib --deduplicate --sort year", ["refs.bib", "--deduplicate", "--sort", "year"]),
-    ("--script scripts/format_bibtex.py -- --help", ["--help"]),
-    ("--script scripts/format_bibtex.py --model x --max-turns 3 --no-model", ["--model", "x", "--max-turns", "3", "--no-model"]),
+    ("--no-model --script scripts/format_bibtex.py x refs.bib --deduplicate --sort year",
+     ["refs.bib", "--deduplicate", "--sort", "year"]),
+    ("--no-model --script scripts/format_bibtex.py x --help", ["--help"]),
+    ("--no-model --script scripts/format_bibtex.py x --model x --max-turns 3 --no-model",
+     ["--model", "x", "--max-turns", "3", "--no-model"]),
+    ("--no-model --script=scripts/format_bibtex.py -- x -v", ["-v"]),
+    # NAME OPTIONS -- ARGS: the magic's options between the name and `--`
+    ('x --no-model --script scripts/format_bibtex.py -- a "b c" --', ["a", "b c", "--"]),
 ])
-def test_every_word_after_the_script_path_reaches_the_script(ip, magics, line, expected):
-    view = ip.run_cell_magic("skill", f"run x --no-model {line}", "\n")
+def test_every_word_after_the_name_reaches_the_script(ip, magics, line, expected):
+    view = ip.run_cell_magic("skill", f"run {line}", "\n")
     assert json.loads(view.result.final_text) == expected
 
 
-def test_arguments_before_the_script_are_kept_first(ip, magics):
-    view = ip.run_cell_magic("skill", "run x a --no-model --script scripts/with_server.py -b c", "\n")
-    assert json.loads(view.result.final_text) == ["a", "-b", "c"]
-
-
-def test_no_model_after_the_script_path_is_the_scripts_and_the_error_says_so(ip, magics):
-    with pytest.raises(UsageError, match="add --no-model before --script PATH"):
-        ip.run_cell_magic("skill", "run x --script scripts/with_server.py --no-model", "\n")
+def test_no_model_after_the_name_is_the_skills_and_the_error_says_what_is_missing(ip, magics):
+    with pytest.raises(UsageError, match="--script runs a script without a model: add --no-model"):
+        ip.run_cell_magic("skill", "run --script scripts/with_server.py x --no-model", "\n")

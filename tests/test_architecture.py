@@ -142,7 +142,7 @@ def test_the_graph_sees_top_level_function_level_and_package_imports():
     edges = {(module, e.target, e.top_level) for module, imports in graph.items() for e in imports}
 
     assert ("skills_magic.skills.catalog", "skills_magic.skills.find", True) in edges
-    assert ("skills_magic.session", "skills_magic.runs.agent", False) in edges  # imported where a run needs it
+    assert ("skills_magic.session", "skills_magic.runs.claude_code", False) in edges  # imported where a run needs it
     assert ("skills_magic.safety.gate", "skills_magic.safety.sandbox", True) in edges  # `from skills_magic import sandbox`
     assert ("skills_magic.notebook.magics", "IPython", True) in edges
 

@@ -7,7 +7,7 @@ headless Chromium (tests/jupyterlab_browser.py), runs it, and reads what the bro
 
 - `%skills list`: every cell's text is left-aligned, a skill's name stays on one line (one line box), however narrow;
 - `%skills show`: the body sits in a bordered block, and its `#` heading is smaller than the notebook's own `#`;
-- `%skill run NAME --no-model --script`: the script's output is one <pre> whose text is exactly what it printed
+- `%skill run --no-model --script PATH NAME`: the script's output is one <pre> whose text is exactly what it printed
   (`__init__`, `2*3*4`, `# x` and indented JSON, never Markdown), and the files it wrote are listed.
 
 Screenshots go to test-artifacts/browser/ (rendering--1-all, --2-narrow, --3-body, --4-run .png). Skips (with the reason) when Chromium, playwright or
@@ -39,7 +39,7 @@ SOURCES = [
     "%skills add mine",
     "%skills list",
     "%skills show headed-skill",
-    "%skill run printer --no-model --script scripts/show.py",  # on one line: the script's stdin is empty
+    "%skill run --no-model --script scripts/show.py printer",  # on one line: the script's stdin is empty
 ]
 HEADING = "# The notebook's own heading"  # a markdown cell, last: the size a shown body's heading must stay under
 

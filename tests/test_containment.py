@@ -366,7 +366,9 @@ def test_thirty_thousand_files_do_not_make_a_huge_tool_result(place):
             open(os.path.join(out, f"{i:05d}-" + "n" * 200), "w").close()
         print("made")
     """)
-    runner, _ = session._script_runner(unattended)
+    from skills_magic.runs.script_tool import ScriptTool
+
+    runner = ScriptTool(session.gate(), unattended).run_script
     text, is_error, _event = runner(session.skill("x"), "scripts/many.py", [], "")
     assert not is_error and text.startswith("made")
     assert len(text.encode()) < 64 * 1024 and "more files" in text

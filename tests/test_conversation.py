@@ -234,7 +234,7 @@ def test_continue_history_and_reset_through_the_magics(ip, magics):
 
 def test_continue_and_no_model_exclude_each_other(ip, magics):
     with pytest.raises(UsageError) as caught:
-        ip.run_cell_magic("skill", "run tea-notes --continue --no-model --script scripts/x.py", "\n")
+        ip.run_cell_magic("skill", "run --continue --no-model --script scripts/x.py tea-notes", "\n")
     assert "--continue goes on with a model's conversation" in str(caught.value)
 
 

@@ -309,7 +309,7 @@ def assert_no_process_left(marker: str) -> None:
 def test_quick_validate_finds_the_skill_folder_in_the_notebooks_folder_and_prints_its_verdict(notebook):
     before = notebook.ready("skill-creator", {"my-skill/SKILL.md": MY_SKILL})
 
-    valid = notebook.run("%%skill run skill-creator --no-model --script scripts/quick_validate.py my-skill")
+    valid = notebook.run("%%skill run --no-model --script scripts/quick_validate.py skill-creator my-skill")
     data = valid.data()
     assert data["final_text"] == "Skill is valid!\n"
     assert (data["stop_reason"], data["error"]) == ("no_model", None)
@@ -318,7 +318,7 @@ def test_quick_validate_finds_the_skill_folder_in_the_notebooks_folder_and_print
 
     notebook.write("my-skill/SKILL.md", MY_SKILL.replace("name: my-skill", "name: My_Skill"))  # the user edits it
     before = tree(notebook.folder)
-    invalid = notebook.run("%%skill run skill-creator --no-model --script scripts/quick_validate.py my-skill")
+    invalid = notebook.run("%%skill run --no-model --script scripts/quick_validate.py skill-creator my-skill")
     data = invalid.data()
     assert data["final_text"] == "Name 'My_Skill' should be kebab-case (lowercase letters, digits, and hyphens only)\n"
     assert data["stop_reason"] == "script_failed"
@@ -330,7 +330,7 @@ def test_quick_validate_finds_the_skill_folder_in_the_notebooks_folder_and_print
 def test_package_skill_imports_its_sibling_module_and_its_zip_is_a_change_applied_on_request(notebook):
     before = notebook.ready("skill-creator", {"my-skill/SKILL.md": MY_SKILL})
 
-    cell = notebook.run("%%skill run skill-creator --no-model --script scripts/package_skill.py my-skill dist")
+    cell = notebook.run("%%skill run --no-model --script scripts/package_skill.py skill-creator my-skill dist")
     data = cell.data()
     assert (data["stop_reason"], data["error"]) == ("no_model", None), cell.text
     assert "No module named" not in cell.text  # `from scripts.quick_validate import validate_skill` resolved
@@ -361,7 +361,7 @@ def test_aggregate_benchmark_writes_its_summary_next_to_its_input_as_changes(not
         gradings[f"workspace/iteration-1/eval-1/{config}/run-1/grading.json"] = json.dumps(grading)
     before = notebook.ready("skill-creator", gradings)
 
-    cell = notebook.run("%%skill run skill-creator --no-model --script scripts/aggregate_benchmark.py -- "
+    cell = notebook.run("%%skill run --no-model --script scripts/aggregate_benchmark.py skill-creator "
                         "workspace/iteration-1 --skill-name my-skill")
     data = cell.data()
     assert (data["stop_reason"], data["error"]) == ("no_model", None), cell.text
@@ -392,7 +392,7 @@ def test_calculate_scores_reads_the_scores_file_and_writes_its_report_as_a_chang
     scores = {"problem_formulation": 4, "methodology": 3.5, "analysis": 4, "writing": 3}
     before = notebook.ready("scholar-evaluation", {"scores.json": json.dumps(scores)})
 
-    cell = notebook.run("%%skill run scholar-evaluation --no-model --script scripts/calculate_scores.py -- "
+    cell = notebook.run("%%skill run --no-model --script scripts/calculate_scores.py scholar-evaluation "
                         "--scores scores.json --output evaluation.txt")
     data = cell.data()
     assert (data["stop_reason"], data["error"]) == ("no_model", None), cell.text
@@ -409,7 +409,7 @@ def test_calculate_scores_reads_the_scores_file_and_writes_its_report_as_a_chang
 def test_search_databases_deduplicates_a_relative_results_file_into_bibtex(notebook):
     before = notebook.ready("literature-review", {"results.json": json.dumps(SEARCH_RESULTS)})
 
-    cell = notebook.run("%%skill run literature-review --no-model --script scripts/search_databases.py -- "
+    cell = notebook.run("%%skill run --no-model --script scripts/search_databases.py literature-review "
                         "results.json --deduplicate --format bibtex --output results.bib")
     data = cell.data()
     assert (data["stop_reason"], data["error"]) == ("no_model", None), cell.text
@@ -428,7 +428,7 @@ def test_search_databases_deduplicates_a_relative_results_file_into_bibtex(noteb
 def test_format_bibtex_rewrites_its_input_as_a_diffed_change_the_user_applies(notebook):
     before = notebook.ready("citation-management", {"refs.bib": REFS_BIB})
 
-    cell = notebook.run("%%skill run citation-management --no-model --script scripts/format_bibtex.py -- "
+    cell = notebook.run("%%skill run --no-model --script scripts/format_bibtex.py citation-management "
                         "refs.bib --deduplicate --sort year")
     data = cell.data()
     assert (data["stop_reason"], data["error"]) == ("no_model", None), cell.text
@@ -454,7 +454,7 @@ def test_format_bibtex_rewrites_its_input_as_a_diffed_change_the_user_applies(no
 @pytest.mark.parametrize("skill, command, imports", [
     # the plotting template imports numpy first, then matplotlib: the hint names the first one missing (the test
     # environment has numpy, which pandas needs for `--with`, and no matplotlib)
-    ("matplotlib", "scripts/plot_template.py -- --plot-type line --output growth.png", ("numpy", "matplotlib")),
+    ("matplotlib", "scripts/plot_template.py --plot-type line --output growth.png", ("numpy", "matplotlib")),
     ("scientific-visualization", "scripts/figure_export.py", ("matplotlib",)),
 ])
 def test_a_plotting_script_without_its_package_ends_with_the_pip_install_hint(notebook, skill, command, imports):
@@ -463,9 +463,9 @@ def test_a_plotting_script_without_its_package_ends_with_the_pip_install_hint(no
         pytest.fail(f"{', '.join(imports)} are installed here, so this test cannot show the hint for a missing package")
     before = notebook.ready(skill)
 
-    cell = notebook.run(f"%%skill run {skill} --no-model --script {command}")
+    script, _, arguments = command.partition(" ")
+    cell = notebook.run(f"%%skill run --no-model --script {script} {skill} {arguments}")
     data = cell.data()
-    script = command.split()[0]
     assert f"ModuleNotFoundError: No module named '{package}'" in data["note"]
     assert data["error"].splitlines()[0] == f"{script} exit code 1"
     assert_hint(cell, f"hint: the Python package {package!r} is not installed in the kernel's environment: "
@@ -495,7 +495,7 @@ def test_init_artifact_without_a_network_grant_ends_naming_the_network_and_the_g
     notebook.start("web-artifacts-builder", "--timeout 20")
     before = tree(notebook.folder)
 
-    cell = notebook.run("%%skill run web-artifacts-builder --no-model --script scripts/init-artifact.sh my-app")
+    cell = notebook.run("%%skill run --no-model --script scripts/init-artifact.sh web-artifacts-builder my-app")
     data = cell.data()
     subject = "web-artifacts-builder:scripts/init-artifact.sh"
     if shutil.which("node", path=path) is None or (had_pnpm is None and shutil.which("npm", path=path) is None):
@@ -523,7 +523,7 @@ def test_init_artifact_without_a_network_grant_ends_naming_the_network_and_the_g
 def test_with_server_runs_a_server_and_a_check_on_the_sandboxs_own_loopback_without_any_grant(notebook):
     before = notebook.ready("webapp-testing", {"check.py": CHECK_PY})
 
-    cell = notebook.run('%%skill run webapp-testing --no-model --script scripts/with_server.py -- '
+    cell = notebook.run('%%skill run --no-model --script scripts/with_server.py webapp-testing '
                         '--server "python -m http.server 8765" --port 8765 -- python check.py')
     data = cell.data()
     assert (data["stop_reason"], data["error"]) == ("no_model", None), cell.text
@@ -573,7 +573,7 @@ def test_a_host_granted_by_name_is_reached_through_the_proxy(notebook, api):
     _api_client(notebook)
     notebook.start("api-client", "--network 127.0.0.1")
 
-    cell = notebook.run(f"%%skill run api-client --no-model --script scripts/fetch.py http://127.0.0.1:{port}/v1/answer")
+    cell = notebook.run(f"%%skill run --no-model --script scripts/fetch.py api-client http://127.0.0.1:{port}/v1/answer")
     data = cell.data()
     assert (data["stop_reason"], data["error"]) == ("no_model", None), cell.text
     assert data["final_text"] == f'http://127.0.0.1:{port}/v1/answer 200 {{"answer": 42}}\n'
@@ -586,7 +586,7 @@ def test_a_host_that_is_not_granted_is_refused_with_a_line_naming_it_and_the_gra
     _api_client(notebook)
     notebook.start("api-client", "--network 127.0.0.1")
 
-    cell = notebook.run("%%skill run api-client --no-model --script scripts/fetch.py http://api.example.org/v1/answer")
+    cell = notebook.run("%%skill run --no-model --script scripts/fetch.py api-client http://api.example.org/v1/answer")
     data = cell.data()
     grant = "%skills allow api-client:scripts/fetch.py --network 127.0.0.1,api.example.org"
     assert (f"HTTP Error 403: skills_magic: host api.example.org is not granted to this run; allow it with {grant}"
@@ -600,7 +600,7 @@ def test_a_host_that_is_not_granted_is_refused_with_a_line_naming_it_and_the_gra
 def test_doi_to_bibtex_without_a_grant_ends_with_the_network_hint(notebook):
     before = notebook.ready("citation-management")
 
-    cell = notebook.run("%%skill run citation-management --no-model --script scripts/doi_to_bibtex.py -- "
+    cell = notebook.run("%%skill run --no-model --script scripts/doi_to_bibtex.py citation-management "
                         "10.1038/s41586-021-03819-2 -o refs.bib")
     data = cell.data()
     assert data["error"].splitlines()[0] == "scripts/doi_to_bibtex.py exit code 1"
@@ -621,7 +621,7 @@ def test_doi_to_bibtex_granted_another_host_is_refused_naming_doi_org_and_the_gr
         pytest.fail("requests is not installed here (jupyterlab's dependencies bring it)")
     before = notebook.ready("citation-management", grant="--network api.crossref.org")
 
-    cell = notebook.run("%%skill run citation-management --no-model --script scripts/doi_to_bibtex.py -- "
+    cell = notebook.run("%%skill run --no-model --script scripts/doi_to_bibtex.py citation-management "
                         "10.1038/s41586-021-03819-2 -o refs.bib")
     data = cell.data()
     grant = "%skills allow citation-management:scripts/doi_to_bibtex.py --network api.crossref.org,doi.org"

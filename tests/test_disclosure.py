@@ -36,7 +36,8 @@ def one_skill(tmp_path: Path, frontmatter: str | None = None, body: str = "# Bod
 
 
 def sub(body: str, arguments=(), names=(), skill_dir: str = "<dir>", session: str = "sess-1") -> str:
-    return substitute(body, list(arguments), skill_dir, session, list(names))
+    """`arguments`: the raw string, or a list (joined as shell words)."""
+    return substitute(body, arguments if isinstance(arguments, str) else list(arguments), skill_dir, session, list(names))
 
 
 def test_arguments_is_all_arguments_joined_by_spaces():
@@ -79,8 +80,8 @@ def test_declared_argument_names():
     assert sub("Fix issue $issue in $repo.", ["42", "org/x"], names=["issue", "repo"]) == "Fix issue 42 in org/x."
 
 
-def test_declared_name_without_an_argument_is_left_as_written():
-    assert sub("Fix $issue in $repo.", ["42"], names=["issue", "repo"]) == "Fix 42 in $repo."
+def test_declared_name_without_an_argument_is_empty():
+    assert sub("Fix $issue in $repo.", ["42"], names=["issue", "repo"]) == "Fix 42 in ."
 
 
 def test_declared_name_is_matched_on_a_word_boundary():
@@ -99,7 +100,8 @@ def test_shell_variables_and_dollar_amounts_are_untouched():
 
 
 def test_arguments_appended_when_the_body_has_no_placeholder():
-    assert sub("# Do it\n\nSteps.\n\n\n", ["a", "b c"]) == "# Do it\n\nSteps.\n\nARGUMENTS: a b c\n"
+    assert sub("# Do it\n\nSteps.\n\n\n", 'a "b c"') == '# Do it\n\nSteps.\n\nARGUMENTS: a "b c"\n'  # as typed
+    assert sub("Steps.\n", ["a", "b c"]) == "Steps.\n\nARGUMENTS: a 'b c'\n"  # a list is joined as shell words
 
 
 def test_nothing_appended_without_arguments():
@@ -134,7 +136,7 @@ def test_unknown_braced_variables_are_untouched():
 def test_substituted_values_are_not_reinterpreted():
     # an argument that happens to contain `$N` is inserted as is, never substituted again
     assert sub("a=$0 b=$1", ["$1", "B"]) == "a=$1 b=B"
-    assert sub("$ARGUMENTS", ["$0", "x"]) == "$0 x"
+    assert sub("$ARGUMENTS", "$0 x") == "$0 x"
 
 
 def test_declared_names_do_not_rescan_substituted_values():

@@ -783,8 +783,11 @@ def test_compare_forced_gives_two_reports_side_by_side(ip, magics):
     lines = view.text().splitlines()
     assert lines[0].startswith("plain: activation direct 100%, paraphrase 20%")
     assert lines[1].startswith("forced: activation direct 100%, paraphrase ")
-    assert "precision (plain)" in lines[3] and "precision (forced)" in lines[3] and lines[3].endswith("lint")
-    assert "activated (plain)" in view.text() and "activated (forced)" in view.text()
+    # issue 16: where the two differ is said, prompt by prompt
+    assert lines[2].startswith("activation differs between plain and forced on ") and set(view.differences()) <= {
+        "P1", "P2", "P3", "P4", "P5", "N1", "N2", "N3", "N4", "N5"} and view.differences()
+    assert "precision (plain)" in lines[4] and "precision (forced)" in lines[4] and lines[4].endswith("lint")
+    assert "activated (plain)" in view.text() and "activated (forced)" in view.text() and "compared" in view.text()
     titles = bars(chart_of(view.html()))
     assert len(titles) == 6  # three categories, two reports
     assert [t.split(":")[0] for t in titles] == ["plain", "forced"] * 3

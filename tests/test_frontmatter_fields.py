@@ -326,3 +326,53 @@ def test_a_real_kernel_lists_when_to_use_refuses_a_user_run_and_follows_paths(tm
     assert refused.startswith("refused: skill 'hidden-from-user' is not user-invocable")
     printed = "".join(o.get("text", "") for o in notebook.cells[-1].outputs).splitlines()
     assert printed == ["when_to_use no csv-only hidden-from-user", "when_to_use csv-only hidden-from-user"]
+
+
+def _kernel_run(tmp_path: Path, monkeypatch, skills: Path, turns: str, cells: list[str]):
+    import nbformat
+    from nbclient import NotebookClient
+
+    (tmp_path / "turns.yaml").write_text(turns, encoding="utf-8")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in
+                                               ["%load_ext skills_magic\n%skills model scripted turns.yaml", *cells]])
+    notebook_folder(monkeypatch, tmp_path, db="db.sqlite", lock=None, sources="path", path=skills)
+    NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return ["".join(o.get("text", "") for o in cell.outputs) for cell in notebook.cells]
+
+
+PRINT_REQUESTS = ("import json\nmodel = get_ipython().magics_manager.registry['SkillsMagics'].session.model_client\n"
+                  "for request in model.requests:\n"
+                  "    print(json.dumps({k: request.get(k) for k in ('model', 'system', 'tools', 'output_config')}))")
+
+
+def test_a_real_kernel_caps_entries_and_switches_model_and_effort_when_a_skill_activates(tmp_path, monkeypatch):
+    import json
+
+    printed = _kernel_run(tmp_path, monkeypatch, build(tmp_path / "skills"),
+                          "turns:\n" + "  - tool_use: [{name: activate_skill, input: {name: opus-task}}]\n  - text: Done.\n" * 2,
+                          ["%%skill run --model claude-sonnet-4-5\nA hard task", "%%skill run\nA hard task",
+                           PRINT_REQUESTS])
+    requests = [json.loads(line) for line in printed[-1].splitlines()]
+    assert len(requests) == 4
+    fixed_first, fixed_second, first, second = requests
+    assert fixed_second["model"] == "claude-sonnet-4-5" and fixed_second["output_config"] is None  # --model wins
+    assert fixed_first["model"] == "claude-sonnet-4-5" and first["model"] != "claude-opus-4-6"
+    assert second["model"] == "claude-opus-4-6" and second["output_config"] == {"effort": "high"}
+    system = first["system"][0]["text"]
+    entry = system[system.index("<name>\nwordy\n</name>"):].split("</description>")[0]
+    assert entry.endswith("…\n") or entry.rstrip().endswith("…")  # the 2,320-character description is capped
+    assert len(entry.split("<description>\n")[1].rstrip("\n")) == ENTRY_CAP_CHARS
+
+
+def test_a_real_kernel_with_no_visible_skill_sends_no_catalog_instructions_or_skill_tools(tmp_path, monkeypatch):
+    import json
+
+    skills = tmp_path / "skills"
+    make_skill(skills / "manual-only", "name: manual-only\ndescription: Only when named. Use when named.\n"
+                                       "disable-model-invocation: true\n", "Manual steps.\n")
+    printed = _kernel_run(tmp_path, monkeypatch, skills, "turns:\n  - text: Hello.\n  - text: Named.\n",
+                          ["%%skill run\nSay hello", "%%skill run manual-only\nDo it", PRINT_REQUESTS])
+    plain, named = [json.loads(line) for line in printed[-1].splitlines()]
+    assert plain["system"] is None and plain["tools"] == []  # disable-model-invocation as today: nothing visible
+    assert SYSTEM_INSTRUCTIONS not in json.dumps(plain)
+    assert {t["name"] for t in named["tools"]} == {"read_skill_resource", "run_skill_script"}  # named: its file tools

@@ -20,6 +20,7 @@ from skills_magic.skills.catalog import Source
 from skills_magic.safety.execute import DEFAULT_TIMEOUT_SECONDS, MAX_OUTPUT_BYTES
 from skills_magic.safety.gate import Gate, PermissionRequest, Unattended, unattended
 from skills_magic.models.scripted import ScriptedModel
+from skills_magic.runs.disclosure import SkillNotActivated
 from skills_magic.session import SkillsSession
 
 # --- helpers -----------------------------------------------------------------------------------------------------
@@ -544,14 +545,15 @@ def activation(session: SkillsSession, asker=None) -> str:
     return result.messages[0]["content"][0]["text"]
 
 
-def test_an_inline_command_without_a_rule_is_a_visible_denial_and_does_not_run(place):
+def test_an_inline_command_without_a_rule_is_denied_stops_the_activation_and_does_not_run(place):
     marker = place / "INLINE"
     inline_skill(place, f"touch {marker}")
     session = new_session(place)
-    text = activation(session)
-    assert f"Today: [denied: !`touch {marker}`: nobody can answer" in text
+    with pytest.raises(SkillNotActivated) as stopped:
+        activation(session)
+    text = str(stopped.value)
+    assert text.startswith(f'Shell command failed for pattern "!`touch {marker}`": denied: nobody can answer')
     assert f'%skills allow "x:!touch {marker}"' in text  # quoted: the rule has a space
-    assert "Then continue." in text
     assert not marker.exists()
     decision, = [r for r in session.audit() if r["event"] == "decision"]
     assert decision["path"] == f"!touch {marker}" and decision["decision"] == "deny"
@@ -576,11 +578,13 @@ def test_an_inline_command_answered_once_runs(place):
     assert len(asker.requests) == 1 and asker.requests[0].path == '!touch "$TMPDIR/INLINE" && echo made'
 
 
-def test_a_failing_inline_command_is_a_visible_failure(place):
+def test_a_failing_inline_command_stops_the_activation(place):
     inline_skill(place, "echo oops >&2; exit 3")
     session = new_session(place)
     session.add_rule("allow", "x:!echo*")
-    assert "Today: [failed: !`echo oops >&2; exit 3` exited with 3: oops]" in activation(session)
+    with pytest.raises(SkillNotActivated, match=r'^Shell command failed for pattern "!`echo oops >&2; exit 3`": '
+                                                 r"exited with 3: oops$"):
+        activation(session)
 
 
 def test_an_inline_command_of_a_changed_reviewed_skill_is_denied(place):
@@ -590,8 +594,9 @@ def test_an_inline_command_of_a_changed_reviewed_skill_is_denied(place):
     session.add_rule("allow", "x:!touch*")
     session.review("x", confirm=lambda: True)
     (folder / "scripts" / "run.py").write_text(RUN + "# changed\n", encoding="utf-8")
-    text = activation(session)
-    assert f"Today: [denied: !`touch {marker}`: x/scripts/run.py is not the reviewed file" in text
+    with pytest.raises(SkillNotActivated) as stopped:
+        activation(session)
+    assert f'"!`touch {marker}`": refused: x/scripts/run.py is not the reviewed file' in str(stopped.value)
     assert not marker.exists()
     decision = [r for r in session.audit() if r["event"] == "decision"][-1]
     assert decision["decided_by"] == "skills.lock"

@@ -16,6 +16,7 @@ from notebook_setup import notebook_folder, registered_magics
 from skillfiles import make_skill, write_file
 from skills_magic.skills.catalog import Source
 from skills_magic.models.scripted import ScriptedModel
+from skills_magic.runs.disclosure import SkillNotActivated
 from skills_magic.safety.policy import Policy, escape_pattern, parse_rule, pattern_matches, pre_approval_hint
 from skills_magic.safety.sandbox import availability
 from skills_magic.session import SkillsSession
@@ -64,8 +65,10 @@ def allowing(place: Path, body: str, rule: str, files: dict[str, str] | None = N
 
 
 def activation(session: SkillsSession, arguments=(), asker=None, name: str = "x") -> str:
+    """`arguments`: the raw string as typed, or a list (joined as shell words)."""
     session.model_client = ScriptedModel(["done"])
-    result = session.run("Do the task.", skill=name, arguments=list(arguments), asker=asker)
+    result = session.run("Do the task.", skill=name, arguments=arguments if isinstance(arguments, str) else list(arguments),
+                         asker=asker)
     return result.messages[0]["content"][0]["text"]
 
 
@@ -94,7 +97,7 @@ def script_run(session: SkillsSession, path: str, skill_name: str = "x"):
 def test_an_argument_cannot_start_a_second_inline_command(place):
     session = allowing(place, "# Body\n\nToday: !`date -u -d @0 +%Y`\n\nTopic: $ARGUMENTS\n", "x:!date *")
     argument = f"!`date -u -d @0 +%Y; echo {INJECTED}; {STEAL}`"  # would match `!date *` if it were a command
-    text = activation(session, [argument])
+    text = activation(session, argument)  # as typed: $ARGUMENTS is this string verbatim
     assert_not_injected(text)
     assert "Today: 1970\n" in text
     assert f"Topic: {argument}\n" in text  # shown as the text it is
@@ -156,9 +159,11 @@ def test_the_prompt_shows_the_command_that_runs_with_its_quoted_argument(place):
 
 def test_a_placeholder_the_reader_cannot_follow_is_refused_and_nothing_runs(place):
     session = allowing(place, "# Body\n\nSaid: !`echo ${X:-$0}`\n", "x:!echo *")
-    text = activation(session, [f"}}; echo {INJECTED}; {STEAL}; echo {{"])  # today: `echo ${X:-}; echo INJECTED...`
-    assert_not_injected(text)
-    assert "Said: [denied: !`echo ${X:-$0}`: $0 comes after `${`, where it cannot be quoted safely]" in text
+    with pytest.raises(SkillNotActivated) as stopped:  # pasted: `echo ${X:-}; echo INJECTED...`
+        activation(session, [f"}}; echo {INJECTED}; {STEAL}; echo {{"])
+    assert_not_injected(str(stopped.value))
+    assert str(stopped.value) == ('Shell command failed for pattern "!`echo ${X:-$0}`": $0 comes after `${`, where it '
+                                  "cannot be quoted safely")
     assert runs(session) == []
 
 

@@ -162,7 +162,7 @@ def test_a_real_script_run_shows_its_output_as_printed_and_the_file_it_wrote(ip,
     make_skill(folder / "skills" / "printer", name="printer", description="Prints text. Use when testing.")
     write_file(folder / "skills" / "printer", "scripts/show.py", PRINTER)
 
-    view = ip.run_cell_magic("skill", "run printer --no-model --script scripts/show.py", "\n")
+    view = ip.run_cell_magic("skill", "run --no-model --script scripts/show.py printer", "\n")
 
     assert view.text().startswith(MARKDOWN_LOOKALIKE.rstrip("\n"))  # text/plain was right, and stays so
     html = view._repr_mimebundle_()[0]["text/html"]

@@ -104,7 +104,7 @@ def test_deny_is_listed_before_allow_and_wins(ip, magics, place):
     assert [r["kind"] for r in view.data()["rules"]] == ["allow", "deny"]  # in the order they were added
     lines = view.text().splitlines()
     assert lines[1] == "  deny x:scripts/*  [%skills deny]" and lines[2] == "  allow x:scripts/run.py  [%skills allow]"
-    result = ip.run_cell_magic("skill", "run x --no-model --script scripts/run.py", "stdin\n")
+    result = ip.run_cell_magic("skill", "run --no-model --script scripts/run.py x", "stdin\n")
     assert result.data()["stop_reason"] == "denied" and "deny x:scripts/*" in result.data()["error"]
     assert not ran(place)
 

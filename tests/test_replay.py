@@ -414,8 +414,8 @@ def test_the_replay_model_chosen_with_skills_model_round_trips(ip, magics, proje
 
 def test_record_then_replay_of_a_named_skill_through_the_magic(ip, magics, project):
     ip.run_line_magic("skills", f"model scripted {write_turns(project, [{'text': ANSWER}])}")
-    recorded = ip.run_cell_magic("skill", "run tea-notes --record named.json", "Notes for a Dong Ding, please.\n")
-    replayed = ip.run_cell_magic("skill", "run tea-notes --replay named.json", "Notes for a Dong Ding, please.\n")
+    recorded = ip.run_cell_magic("skill", "run --record named.json tea-notes", "Notes for a Dong Ding, please.\n")
+    replayed = ip.run_cell_magic("skill", "run --replay named.json tea-notes", "Notes for a Dong Ding, please.\n")
 
     assert recorded.data()["skill"] == replayed.data()["skill"] == "tea-notes"
     assert comparable(replayed) == comparable(recorded)
@@ -440,8 +440,8 @@ def test_record_then_replay_through_the_magic_with_the_sdk(ip, magics, project):
 
 def test_record_with_a_model_option_replays_without_it(ip, magics, project):
     ip.run_line_magic("skills", f"model scripted {write_turns(project, [{'text': ANSWER}])}")
-    recorded = ip.run_cell_magic("skill", "run tea-notes --model opus --record opus.json", "Notes.\n")
-    replayed = ip.run_cell_magic("skill", "run tea-notes --replay opus.json", "Notes.\n")
+    recorded = ip.run_cell_magic("skill", "run --model opus --record opus.json tea-notes", "Notes.\n")
+    replayed = ip.run_cell_magic("skill", "run --replay opus.json tea-notes", "Notes.\n")
 
     assert recorded.data()["model"] == "claude-opus-5-5"
     assert replayed.data()["error"] is None
@@ -465,7 +465,7 @@ def test_record_into_a_folder_that_does_not_exist_yet(ip, magics, project):
     scripted = magics.session.model_client
 
     try:
-        view = ip.run_cell_magic("skill", "run tea-notes --record cassettes/new.json", "Notes.\n")
+        view = ip.run_cell_magic("skill", "run --record cassettes/new.json tea-notes", "Notes.\n")
     except UsageError:
         assert scripted.requests == []  # refused before spending a model call
     else:

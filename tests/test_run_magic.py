@@ -62,7 +62,7 @@ def test_naming_a_skill_activates_it_without_a_model_decision(ip, magics):
     first_request = magics.session.model_client.requests[0]
     activation = first_request["messages"][0]["content"][0]["text"]
     assert activation.startswith("[skill lab-notebook-entry | bundled | 1.0 | <bundled>/lab-notebook-entry]")
-    assert activation.rstrip().endswith("ARGUMENTS: first run second") or "ARGUMENTS: first run second" in activation
+    assert 'ARGUMENTS: "first run" second\n' in activation  # the line's text after the name, quotes and all
 
 
 def test_without_a_key_or_a_chosen_model_the_run_explains_how_to_get_one(ip, magics):
@@ -73,14 +73,14 @@ def test_without_a_key_or_a_chosen_model_the_run_explains_how_to_get_one(ip, mag
 
 
 def test_no_model_script_runs_without_any_key(ip, magics):
-    view = run(ip, "run csv-profile --no-model --script scripts/profile_csv.py -", "a,b\n1,x\n")
+    view = run(ip, "run --no-model --script scripts/profile_csv.py csv-profile -", "a,b\n1,x\n")
     data = view.data()
     assert data["stop_reason"] == "no_model" and '"rows": 1' in data["final_text"]
     assert data["trace"] == [{"stage": "execute", "object": "csv-profile/scripts/profile_csv.py", "bytes": 8, "detail": "exit code 0"}]
 
 
 def test_a_failing_script_is_reported_with_its_exit_code(ip, magics):
-    view = run(ip, "run csv-profile --no-model --script scripts/profile_csv.py no-such-file.csv", "unused stdin")
+    view = run(ip, "run --no-model --script scripts/profile_csv.py csv-profile no-such-file.csv", "unused stdin")
     data = view.data()
     assert data["stop_reason"] == "script_failed" and "exit code 1" in data["error"]
 
@@ -93,9 +93,11 @@ def test_a_failing_script_is_reported_with_its_exit_code(ip, magics):
         ("run", ""),
         ("run --max-turns 0", "task"),
         ("run --max-turns x", "task"),
-        ("run csv-profile --script scripts/profile_csv.py", "task"),
+        ("run --script scripts/profile_csv.py csv-profile", "task"),
         ("run --no-model --script scripts/profile_csv.py", "task"),
-        ("run csv-profile --no-model", "task"),
+        ("run --no-model csv-profile", "task"),
+        ("run --dry-run csv-profile", "task"),
+        ("run csv-profile --max-turns 0 -- x", "task"),
         ("run --record a.json --replay b.json", "task"),
         ("run 'unclosed", "task"),
         ("run no-such-skill", "task"),

@@ -88,7 +88,7 @@ def test_the_formatter_shows_a_python_api_result_exactly_as_its_run_view(ip, mag
 
 
 def test_a_script_run_without_a_model_carries_its_seconds_too(ip, magics):
-    result = ip.run_cell_magic("skill", "run csv-profile --no-model --script scripts/profile_csv.py -", "a,b\n1,x\n")
+    result = ip.run_cell_magic("skill", "run --no-model --script scripts/profile_csv.py csv-profile -", "a,b\n1,x\n")
     assert result.stop_reason == "no_model" and result.seconds is not None
     assert result._repr_mimebundle_()[1][RUN_MIME]["seconds"] == round(result.seconds, 6)
 

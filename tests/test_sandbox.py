@@ -269,4 +269,4 @@ def test_python_dash_m_finds_the_skills_scripts_in_an_inline_command_and_a_scrip
     session.add_rule("allow", "x:!python -m scripts.report")
     assert session.run_script("x", "scripts/report.py").final_text == "from the skill\n"
     gate = session.gate()
-    assert gate.expand_inline(session.skill("x"), "python -m scripts.report", unattended) == "from the skill"
+    assert gate.expand_inline(session.skill("x"), "python -m scripts.report", unattended).run.stdout == "from the skill\n"

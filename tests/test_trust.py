@@ -378,7 +378,7 @@ def test_a_model_run_is_denied_until_trust_then_gets_no_secret_and_no_write_outs
 @needs_sandbox
 def test_a_typed_script_run_never_gets_the_project_files_secret_or_write(ip, magics, clone, home, port):
     for step in ("before trust", "after trust"):
-        result = ip.run_cell_magic("skill", f"run helper {home} {port} --no-model --script scripts/x.py", "stdin\n")
+        result = ip.run_cell_magic("skill", f"run --no-model --script scripts/x.py helper {home} {port}", "stdin\n")
         shown = json.loads(result.data()["final_text"])
         assert "ANTHROPIC_API_KEY" not in shown["environment"], step
         assert shown["write"].startswith("refused"), step

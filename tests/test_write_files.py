@@ -168,7 +168,7 @@ def test_a_written_script_runs_as_the_skills_script(ip, magics):
     write(ip, "tea-notes", TEA)
     write(ip, "tea-notes/scripts/brew.py", BREW)
 
-    data = ip.run_line_magic("skill", "run tea-notes --no-model --script scripts/brew.py").data()
+    data = ip.run_line_magic("skill", "run --no-model --script scripts/brew.py tea-notes").data()
 
     assert data["stop_reason"] == "no_model" and data["final_text"].strip() == "green: 2 min, black: 4 min"
 

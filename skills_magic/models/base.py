@@ -27,6 +27,7 @@ class ModelClient(Protocol):
     source: str | None = None  # where the answers come from (a turns file, a cassette): `%skills model` shows it
     placeholders: dict[str, str] | None = None  # a cassette's: values written as placeholders (the session id, run ids)
     recorded_model: str | None = None  # a cassette's: the model id its exchanges were recorded with
+    harness: str = "native"  # whose agent loop runs: this project's ("native") or Claude Code's ("claude-code")
 
     def create(self, request: Request, on_text: TextCallback | None = None) -> Response: ...
 
@@ -45,6 +46,7 @@ class Capabilities:
     source: str | None = None
     placeholders: dict[str, str] | None = None
     recorded_model: str | None = None
+    harness: str = "native"
 
 
 def capabilities(client: ModelClient) -> Capabilities:
@@ -83,7 +85,7 @@ class NoModelConfigured(SkillsMagicError):
             "(for example `%env ANTHROPIC_API_KEY=...` or export it before starting Jupyter; ANTHROPIC_BASE_URL points "
             "at an Anthropic-compatible server such as Ollama or llama.cpp). To work offline, choose the scripted model "
             "(`%skills model scripted PATH` with turns in a YAML/JSON file) or replay a recorded cassette "
-            "(`%skills model replay CASSETTE`). `%%skill run NAME --no-model --script PATH` runs a skill's script "
+            "(`%skills model replay CASSETTE`). `%%skill run --no-model --script PATH NAME` runs a skill's script "
             "without any model."
         )
 

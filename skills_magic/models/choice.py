@@ -15,7 +15,7 @@ Chosen = tuple[ModelClient | None, str | None]  # (the client, the model id) a c
 
 
 def choose(kind: str | None, value: str | None, current: Chosen, find: Callable[[str], str]) -> Chosen:
-    """`%skills model`: `anthropic [ID]`, `scripted FILE`, `keywords [N]`, `replay CASSETTE`, a model id, or `auto`.
+    """`%skills model`: `anthropic [ID]`, `claude-code [ID]`, `scripted FILE`, `keywords [N]`, `replay CASSETTE`, a model id, or `auto`.
 
     `find` turns a path the user typed into an existing absolute path (or raises SourceNotFound)."""
     client, model_id = current
@@ -26,6 +26,11 @@ def choose(kind: str | None, value: str | None, current: Chosen, find: Callable[
 
         warm_up()
         return AnthropicModel(value), value
+    if kind == "claude-code":  # Claude Code's own loop (the claude-code extra), VALUE the model id it asks for
+        from skills_magic.models.claude_code import ClaudeCodeHarness, bundled_cli
+
+        bundled_cli()  # a missing extra is said now, not at the first run
+        return ClaudeCodeHarness(value), value
     if kind == "scripted":
         from skills_magic.models.scripted import ScriptedModel
 
@@ -40,6 +45,29 @@ def choose(kind: str | None, value: str | None, current: Chosen, find: Callable[
 
         return ReplayModel(find(_required(value, "replay CASSETTE"))), model_id
     return client, kind  # a model id for whichever client runs
+
+
+HARNESSES = ("native", "claude-code")  # whose agent loop a run may go through (`--harness`)
+
+
+def for_harness(harness: str | None, chosen: Callable[[], ModelClient]) -> Callable[[], ModelClient]:
+    """The client a run with `--harness H` uses: the chosen one when it already runs in H (or no H was given),
+    Claude Code for `claude-code` (asking for the chosen model id), the default Claude client for `native`."""
+    if harness is None:
+        return chosen
+    if harness not in HARNESSES:
+        raise InvalidArgument(f"--harness is one of {', '.join(HARNESSES)}, not {harness!r}")
+
+    def client() -> ModelClient:
+        if harness == "claude-code":
+            from skills_magic.models.claude_code import ClaudeCodeHarness, bundled_cli
+
+            bundled_cli()
+            return ClaudeCodeHarness()
+        current = chosen()
+        return current if capabilities(current).harness == "native" else default_client(None)
+
+    return client
 
 
 def default_client(model_id: str | None) -> ModelClient:

@@ -59,9 +59,9 @@ class PermissionPrompt:
 class BackgroundRun:
     """`%%skill run --background`: the loop in a worker thread, shown and asked through one widget."""
 
-    def __init__(self, session, task: str, name: str | None, arguments, options: dict[str, Any],
+    def __init__(self, session, task: str, name: str | None, arguments: str, options: dict[str, Any],
                  timeout: float = PROMPT_TIMEOUT_SECONDS):
-        self.session, self.task, self.name, self.arguments, self.options = session, task, name, list(arguments), options
+        self.session, self.task, self.name, self.arguments, self.options = session, task, name, arguments, options
         self.timeout = timeout
         self.status = widgets.HTML("<i>running in the background…</i>")
         self.box = widgets.VBox([self.status])

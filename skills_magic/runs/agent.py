@@ -22,7 +22,7 @@ from typing import Any
 
 from skills_magic.errors import DatabaseUnreadable
 from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, capabilities, usage_of
-from skills_magic.runs import fields
+from skills_magic.runs import fields, fork
 from skills_magic.runs.disclosure import ResourceError, activation_text, deny_inline, read_resource
 from skills_magic.runs.pytools import ToolRegistry
 from skills_magic.runs.result import RunResult, ToolCall, TraceEvent  # re-exported: their home before the split
@@ -104,6 +104,7 @@ class Agent:
         self.ledger = ledger
         self.python_tools = python_tools
         self.activated: dict[str, Skill] = {}
+        self.fork_depth = 0  # how many `context: fork` runs this loop is inside (runs.fork)
         self.tools = self._tools()
         placeholders = capabilities(model).placeholders
         if isinstance(placeholders, dict) and session_id:
@@ -134,11 +135,14 @@ class Agent:
             raise ToolInputError(f"no skill named {quoted(value)} is available{hint}")
         return found
 
-    def _activate(self, skill: Skill, arguments: Sequence[str], result: RunResult) -> str:
+    def _activate(self, skill: Skill, arguments: str | Sequence[str], result: RunResult) -> str:
         if skill.name in self.activated:
             return ALREADY_ACTIVE.format(name=skill.name)
-        self.activated[skill.name] = skill
+        if fork.forks(skill):  # `context: fork`: a child loop runs it; only its answer comes back (runs.fork)
+            return fork.run_for_model(self, skill, arguments, result)
+        # SkillNotActivated when an inline command of the body is denied or fails: the skill stays inactive
         text = activation_text(skill, self.show_path(skill.folder), arguments, self.session_id, self.expand_inline)
+        self.activated[skill.name] = skill
         result.trace.append(TraceEvent("activate", skill.name, bytes=_size(text), detail=self._apply_fields(skill)))
         return text
 
@@ -295,6 +299,9 @@ class Agent:
             chosen = self.all_skills.get(skill)
             if chosen is None:
                 raise ToolInputError(f"no skill named {skill!r}")
+            if fork.forks(chosen):  # its own context runs it: this run makes no model call (runs.fork)
+                return fork.run_by_name(self, chosen, arguments, blocks, _followed_by(messages, blocks), result,
+                                        on_text, notify)
             first.append({"type": "text", "text": self._activate(chosen, arguments, result)})
         self.tools = self._tools()  # an explicit or continued skill brings its file tools, even with no catalog
         first.extend(blocks)

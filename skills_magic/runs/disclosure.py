@@ -2,11 +2,12 @@
 
 Activation returns the annotation line, the body verbatim after substitutions, and the list of the skill's resource
 paths (never their contents). A resource is read only when asked for, only from inside the skill's folder, and
-only when it is text.
+only when it is text. Substitutions and inline commands follow Claude Code's rules.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -14,61 +15,113 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from skills_magic.errors import SkillsMagicError
+from skills_magic.runs.tools import ToolInputError
 from skills_magic.skills.skill import SKILL_FILENAMES, Skill
 
 MAX_RESOURCES_LISTED = 200  # a skill with more files lists this many and says how many more there are
 MAX_RESOURCE_BYTES = 256 * 1024  # a reference larger than this is refused: it would crowd the context
 RESOURCE_SKIPPED_FOLDERS = frozenset({".git", "__pycache__", "node_modules", ".venv", ".ipynb_checkpoints"})
+MAX_DECLARED_NAMES = 64  # Claude Code reads at most this many `arguments` names ...
+MAX_NAME_CHARS = 64  # ... each at most this long
 
-_PLACEHOLDER = re.compile(r"\$\{(SKILL_DIR|CLAUDE_SKILL_DIR|CLAUDE_SESSION_ID)\}|\$ARGUMENTS\[(\d+)\]|\$ARGUMENTS\b|\$(\d+)\b")
+_NOT_WORD = "(?![A-Za-z0-9_])"  # JavaScript's \w, as Claude Code's patterns mean it: a placeholder ends before one
+_VARIABLE = r"\$\{(?P<variable>SKILL_DIR|CLAUDE_SKILL_DIR|CLAUDE_SESSION_ID)\}"
+_NUMBERED = rf"\$ARGUMENTS\[(?P<indexed>\d+)\]|(?P<all>\$ARGUMENTS){_NOT_WORD}|\$(?P<positional>\d+){_NOT_WORD}"
+_NONCHARACTERS = str.maketrans("\uffff\ufffe", "\ufffd\ufffd")  # Claude Code's own markers: a body's become U+FFFD
 
 
 class ResourceError(SkillsMagicError):
     """A resource that cannot be given to the model; the message goes back as an `is_error` tool result."""
 
 
-def substitute(body: str, arguments: Sequence[str], skill_dir: str, session_id: str, names: Sequence[str] = ()) -> str:
-    """`$ARGUMENTS`, `$ARGUMENTS[N]` / `$N` (0-based), `${SKILL_DIR}` / `${CLAUDE_SKILL_DIR}`, `${CLAUDE_SESSION_ID}`,
-    and `$name` for names the skill declares in `arguments`, in one pass (a substituted value is never read again).
-    An index with no argument is left as written (a body's shell snippet such as `awk '{print $1}'` keeps its
-    meaning). Arguments given to a body that uses no placeholder are appended as `ARGUMENTS: ...`, as Claude Code
-    does."""
-    substitution = _Substitution(arguments, session_id, names)
-    return substitution.appended(substitution.text(body, skill_dir))
+class InlineCommandError(SkillsMagicError):
+    """Raised by an inline-command runner: the command was denied, could not run, or failed; the message says why."""
 
 
-class InlineQuotingError(SkillsMagicError, ValueError):
+class InlineQuotingError(InlineCommandError, ValueError):
     """A placeholder in an inline command at a place where no quoting can be sure to keep it one literal word."""
+
+
+class SkillNotActivated(ToolInputError):
+    """An inline command of the body failed or was refused, so the skill is not activated (as in Claude Code): the
+    model gets this as an `is_error` tool result, and an explicit run ends with it."""
+
+    def __init__(self, pattern: str, reason: str):
+        super().__init__(f'Shell command failed for pattern "{pattern}": {reason}')
+
+
+def raw_arguments(arguments: str | Sequence[str] | None) -> str:
+    """The arguments as the one string the user typed: a str as it is, a list (older callers) as shell words."""
+    if arguments is None:
+        return ""
+    return arguments if isinstance(arguments, str) else shlex.join(str(a) for a in arguments)
+
+
+def argument_words(raw: str) -> list[str]:
+    """`raw` parsed as shell words (`"hello world" second` is two words); split on whitespace when that fails."""
+    try:
+        words = shlex.split(raw)
+    except ValueError:  # an unclosed quote
+        words = []
+    return words or raw.split()
+
+
+def substitute(body: str, arguments: str | Sequence[str] | None, skill_dir: str, session_id: str,
+               names: Sequence[str] = ()) -> str:
+    """`$ARGUMENTS` (the raw string), `$ARGUMENTS[N]` / `$N` (its 0-based shell words), `$name` for a name the skill
+    declares in `arguments` (empty without a word), `${SKILL_DIR}` / `${CLAUDE_SKILL_DIR}`, `${CLAUDE_SESSION_ID}`,
+    in one pass (a substituted value is never read again); `\\$1` is a literal `$1`. An index with no word is left
+    as written (a body's shell snippet such as `awk '{print $1}'` keeps its meaning). Arguments given to a body that
+    uses none are appended as `ARGUMENTS: ...`, as Claude Code does."""
+    substitution = _Substitution(arguments, session_id, names)
+    return substitution.appended(substitution.text(body.translate(_NONCHARACTERS), skill_dir))
+
+
+@functools.lru_cache(maxsize=64)
+def _placeholders(names: tuple[str, ...]) -> re.Pattern:
+    """One pattern for an escape (`\\$1`) and every placeholder, declared names (longest first) before `$N`."""
+    declared = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    after_name = r"(?![\[A-Za-z0-9_])"
+    escapable = r"\d|ARGUMENTS" + (f"|(?:{declared}){after_name}" if names else "")
+    parts = [rf"(?<!\\)(?P<escape>\\)\$(?={escapable})", _VARIABLE]
+    if names:
+        parts.append(rf"\$(?P<name>{declared}){after_name}")
+    return re.compile("|".join([*parts, _NUMBERED]))
 
 
 class _Substitution:
     """The placeholders of one body, filled in as prose (`text`) or as quoted shell words (`command`); `used` says
     whether any argument was used, so that unused ones are appended once for the whole body."""
 
-    def __init__(self, arguments: Sequence[str], session_id: str, names: Sequence[str]):
-        self.arguments = list(arguments)
+    def __init__(self, arguments: str | Sequence[str] | None, session_id: str, names: Sequence[str]):
+        self.raw = raw_arguments(arguments)
+        self.arguments = argument_words(self.raw)
         self.session_id = session_id
-        self.declared = {n: i for i, n in enumerate(names) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", n)}
-        self.pattern = _PLACEHOLDER
-        if self.declared:
-            alternatives = "|".join(re.escape(n) for n in sorted(self.declared, key=len, reverse=True))
-            self.pattern = re.compile(f"{_PLACEHOLDER.pattern}|\\$({alternatives})\\b")
+        self.declared: dict[str, int] = {}  # name: the position of its word
+        for i, name in enumerate(list(names)[:MAX_DECLARED_NAMES]):
+            if name and len(name) <= MAX_NAME_CHARS and not re.search(r"\s", name):
+                self.declared.setdefault(name, i)
+        self.pattern = _placeholders(tuple(self.declared))
         self.used = False
 
     def value(self, match: re.Match, skill_dir: str) -> str | tuple[str, ...] | None:
-        """What a placeholder stands for: one string, all the arguments (`$ARGUMENTS`), or None (left as written)."""
-        variable, indexed, positional = match.group(1), match.group(2), match.group(3)
+        """What a match stands for: one string, all the words (`$ARGUMENTS`: `text` uses the raw string instead), or
+        None (left as written)."""
+        variable = match.group("variable")
+        if match.group("escape"):
+            return "$"  # the backslash goes, the placeholder stays as written
         if variable in ("SKILL_DIR", "CLAUDE_SKILL_DIR"):
             return skill_dir
         if variable == "CLAUDE_SESSION_ID":
             return self.session_id
-        if indexed is None and positional is None and match.group(0) != "$ARGUMENTS":
-            index = self.declared[match.group(4)]  # a declared name
-        elif indexed is None and positional is None:
-            self.used = True
+        if match.group("all"):
+            self.used = True  # even with no arguments
             return tuple(self.arguments)
-        else:
-            index = int(indexed or positional)
+        if match.groupdict().get("name"):
+            self.used = True  # even when it has no word: it stands for the empty string
+            index = self.declared[match.group("name")]
+            return self.arguments[index] if index < len(self.arguments) else ""
+        index = int(match.group("indexed") or match.group("positional"))
         if index >= len(self.arguments):
             return None
         self.used = True
@@ -77,7 +130,9 @@ class _Substitution:
     def text(self, prose: str, skill_dir: str) -> str:
         def replace(match: re.Match) -> str:
             value = self.value(match, skill_dir)
-            return match.group(0) if value is None else value if isinstance(value, str) else " ".join(value)
+            if match.group("all"):
+                return self.raw  # verbatim, quotes and all
+            return match.group(0) if value is None else value
 
         return self.pattern.sub(replace, prose)
 
@@ -143,8 +198,8 @@ class _Substitution:
         return "".join(out)
 
     def appended(self, text: str) -> str:
-        if self.arguments and not self.used:
-            text = text.rstrip("\n") + f"\n\nARGUMENTS: {' '.join(self.arguments)}\n"
+        if self.raw and not self.used:  # as Claude Code: any non-empty string, even spaces alone
+            text = f"{text}\n\nARGUMENTS: {self.raw}"  # as Claude Code appends it: the raw string, to the body as is
         return text
 
 
@@ -186,17 +241,73 @@ def resources(skill: Skill) -> list[str]:
     return found
 
 
-INLINE_SHELL = re.compile(r"!`([^`\n]+)`")  # Claude Code's inline command syntax in a SKILL.md body
+# Claude Code's two forms of inline command in a SKILL.md body: a fenced block opened with ```! runs its contents;
+# !`cmd` runs only at a line start or after whitespace (`KEY=!`cmd`` does not), and not inside an ordinary code span
+FENCED_SHELL = re.compile(r"```!\s*\n?([\s\S]*?)\n?```")
+INLINE_SHELL = re.compile(r"(?:(?<=\s)|^)!`([^`]+)`", re.M)
+_BACKTICKS = re.compile(r"`+")
+_BLANK = "\uffff"  # stands for a hidden character while looking for commands: neither whitespace nor a backtick
+
+
+@dataclass(frozen=True)
+class InlineCommand:
+    start: int  # where the pattern is in the body as written
+    end: int
+    command: str  # what runs (before substitution)
+
+
+def _hidden(text: str, spans: Sequence[tuple[int, int]]) -> str:
+    """`text` with each (start, end) span hidden, its line breaks kept (so `^` still finds the lines after it)."""
+    chars = list(text)
+    for start, end in spans:
+        chars[start:end] = [c if c == "\n" else _BLANK for c in chars[start:end]]
+    return "".join(chars)
+
+
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    """The ordinary code spans of `text`: a run of backticks up to the next run of the same length, paired left to
+    right as Markdown pairs them; a span opened by one backtick right after `!` is not one (it may be a command), nor
+    is a fence line's run of three or more."""
+    runs = list(_BACKTICKS.finditer(text))
+    next_same: list[int | None] = [None] * len(runs)
+    last: dict[str, int] = {}
+    for j in range(len(runs) - 1, -1, -1):
+        next_same[j], last[runs[j].group()] = last.get(runs[j].group()), j
+    spans, i = [], 0
+    while i < len(runs):
+        opening, closing = runs[i], next_same[i]
+        line_start = opening.start()
+        while line_start and text[line_start - 1] == " ":
+            line_start -= 1
+        fence = len(opening.group()) >= 3 and text[line_start - 1:line_start] in ("", "\n")
+        if fence or closing is None:
+            i += 1
+            continue
+        if not (opening.group() == "`" and text[opening.start() - 1:opening.start()] == "!"):
+            spans.append((opening.start(), runs[closing].end()))
+        i = closing + 1
+    return spans
+
+
+def inline_commands(body: str) -> list[InlineCommand]:
+    """The inline commands of `body` as written, in order: found before any substitution, so an argument can never
+    add one."""
+    found = [InlineCommand(m.start(), m.end(), m.group(1).replace("\r\n", "\n").strip()) for m in FENCED_SHELL.finditer(body)]
+    searched = _hidden(body, [(c.start, c.end) for c in found])
+    searched = _hidden(searched, _code_spans(searched))
+    found += [InlineCommand(m.start(), m.end(), body[m.start(1):m.end(1)]) for m in INLINE_SHELL.finditer(searched)]
+    return sorted(found, key=lambda c: c.start)
 
 
 def deny_inline(skill: Skill, command: str) -> str:
-    """With no permission gate, every inline command becomes a visible marker; none runs."""
-    return f"[denied: !`{command}`: no permission policy]"
+    """With no permission gate, no inline command runs: a body with one is not activated."""
+    raise InlineCommandError("denied: no permission policy")
 
 
-def activation_body(skill: Skill, shown_folder: str, arguments: Sequence[str], session_id: str,
+def activation_body(skill: Skill, shown_folder: str, arguments: str | Sequence[str] | None, session_id: str,
                     expand_inline: Callable[[Skill, str], str] = deny_inline) -> str:
     """The body after substitutions, each inline command replaced by what `expand_inline(skill, command)` returns.
+    When it raises InlineCommandError (denied, failed), the activation stops: SkillNotActivated, as in Claude Code.
 
     The commands are found in the body as written, so an argument can never add one, and neither a substituted
     value nor a command's output is scanned again. In prose a placeholder becomes its value as is, `${SKILL_DIR}` the
@@ -204,22 +315,23 @@ def activation_body(skill: Skill, shown_folder: str, arguments: Sequence[str], s
     (the command runs on this machine, in that folder)."""
     substitution = _Substitution(arguments, session_id, declared_argument_names(skill))
     real_folder = os.path.realpath(skill.folder)
-    body, pieces, end = skill.body, [], 0
-    for match in INLINE_SHELL.finditer(body):
-        pieces.append(substitution.text(body[end:match.start()], shown_folder))
+    body, pieces, end = skill.body.translate(_NONCHARACTERS), [], 0
+    for found in inline_commands(body):
+        pieces.append(substitution.text(body[end:found.start], shown_folder))
         try:
-            pieces.append(expand_inline(skill, substitution.command(match.group(1), real_folder)))
-        except InlineQuotingError as error:
-            pieces.append(f"[denied: !`{match.group(1)}`: {error}]")
-        end = match.end()
+            pieces.append(expand_inline(skill, substitution.command(found.command, real_folder)))
+        except InlineCommandError as error:
+            raise SkillNotActivated(body[found.start:found.end], str(error)) from None
+        end = found.end
     pieces.append(substitution.text(body[end:], shown_folder))
     return substitution.appended("".join(pieces))
 
 
-def activation_text(skill: Skill, shown_folder: str, arguments: Sequence[str], session_id: str,
+def activation_text(skill: Skill, shown_folder: str, arguments: str | Sequence[str] | None, session_id: str,
                     expand_inline: Callable[[Skill, str], str] = deny_inline) -> str:
     """What `activate_skill` returns: the annotation line, the body after substitutions (inline shell commands
-    decided by the permission policy, one at a time), the resource list."""
+    decided by the permission policy, one at a time), the resource list. Raises SkillNotActivated when an inline
+    command is denied or fails."""
     body = activation_body(skill, shown_folder, arguments, session_id, expand_inline)
     files = resources(skill)
     listed = files[:MAX_RESOURCES_LISTED]

@@ -12,12 +12,15 @@ from skills_magic.runs import evals
 from skills_magic.skills.catalog import Catalog, Source
 
 STRATEGIES = ("plain", "forced")
+HARNESS = "harness"  # `--compare harness`: the same prompts through the other harness (native <-> claude-code)
 
 
 def variants(strategy: str, compare: str | None, find: Callable[[str], str]) -> list[tuple[str, str | None]]:
     """(strategy, folder of other versions or None) per report: `compare` is a strategy or a folder."""
     chosen = [(strategy, None)]
-    if compare:
+    if compare == HARNESS:
+        chosen.append((strategy, None))
+    elif compare:
         chosen.append((compare, None) if compare in STRATEGIES else (strategy, find(compare)))
     return chosen
 
@@ -40,6 +43,14 @@ def resume_ids(batch: bool, resume: Any) -> Any:
     return resume
 
 
+def other_harness(client: ModelClient) -> ModelClient:
+    """The client of the other harness: Claude Code beside a native client, the default Claude client beside it."""
+    from skills_magic.models.choice import for_harness
+
+    other = "native" if capabilities(client).harness == "claude-code" else "claude-code"
+    return for_harness(other, lambda: client)()
+
+
 def check_batch_client(client: ModelClient, batch: bool) -> None:
     if batch and not capabilities(client).supports_batches:
         raise InvalidArgument(f"--batch sends requests through the Message Batches API: it needs the Anthropic client "
@@ -57,9 +68,13 @@ def run_variants(catalog_skills: list, client: ModelClient, model_id: str, items
         evals.check_expected(items, skills)
     if on_progress is not None:
         on_progress(0, len(items) * runs)  # the run begins: a progress bar appears now, not before the checks
+    clients = [client, other_harness(client)] if compare == HARNESS else [client] * len(chosen)
     reports = []
     for number, ((strategy, folder), skills) in enumerate(zip(chosen, catalogs, strict=True)):
-        if folder is not None:
+        client = clients[number]
+        if compare == HARNESS:
+            label = capabilities(client).harness
+        elif folder is not None:
             label = show_path(folder)
         elif compare and compare not in STRATEGIES:
             label = "catalog"

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from skills_magic.runs.agent import Agent
+from skills_magic.runs.claude_code import loop_for
 from skills_magic.errors import InvalidArgument, SkillsMagicError
 from skills_magic.models.base import ModelClient, ModelError, usage_of
 from skills_magic.skills.skill import Skill
@@ -149,12 +150,19 @@ class RunRecord:
 
 
 def activated_skills(result) -> list[str]:
-    """Skills the run activated: an activate_skill call that succeeded, or a read of a skill's SKILL.md."""
+    """Skills the run activated: an activate_skill call (Claude Code: a `Skill` call) that succeeded, or a read of a
+    skill's SKILL.md."""
     found: list[str] = []
     for call in result.tool_calls:
         name = None
         if call.name == "activate_skill" and not call.is_error and isinstance(call.input, dict):
             name = call.input.get("name")
+        elif call.name == "Skill" and not call.is_error and isinstance(call.input, dict):  # Claude Code's tool
+            name = call.input.get("skill")
+        elif call.name == "Read" and not call.is_error and isinstance(call.input, dict):  # Claude Code reading it
+            parts = str(call.input.get("file_path", "")).replace(os.sep, "/").split("/")
+            if len(parts) >= 3 and parts[-1].lower() == "skill.md" and parts[-3] == "skills":
+                name = parts[-2]
         elif call.name == "read_skill_resource" and not call.is_error and isinstance(call.input, dict):
             if str(call.input.get("path", "")).lower() in ("skill.md", "./skill.md"):
                 name = call.input.get("skill")
@@ -259,7 +267,8 @@ def run_eval(skills: Sequence[Skill], client: ModelClient, model_id: str, items:
     total, done = len(items) * runs, 0
     for item in items:
         for run in range(1, runs + 1):
-            agent = Agent(skills, client, model_id, show_path=show_path, max_turns=FIRST_TURNS, **(agent_options or {}))
+            agent = loop_for(client)(skills, client, model_id, show_path=show_path, max_turns=FIRST_TURNS,
+                                     **(agent_options or {}))
             result = agent.run(prompt_text(item, strategy))
             report.records.append(RunRecord(
                 item.id, run, activated_skills(result), result.turns, result.usage["input_tokens"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -47,16 +48,24 @@ def path_patterns(skill: Skill) -> list[str]:
     return [p.strip() for p in patterns if p.strip()]
 
 
-def run_files(inputs: Iterable[Any], arguments: Sequence[str], cwd: str) -> list[str]:
+def run_files(inputs: Iterable[Any], arguments: str | Sequence[str], cwd: str) -> list[str]:
     """The files a run is given, as paths `paths` patterns are matched against: each `--with` input's file name
-    (`df.csv`), and each argument that names an existing file (relative to the session's folder when inside it)."""
+    (`df.csv`), and each argument (a shell word of them, when they are the line as typed) that names an existing file
+    (relative to the session's folder when inside it)."""
     files = [os.path.basename(i.path) for i in inputs]
-    for argument in arguments:
+    for argument in _argument_words(arguments) if isinstance(arguments, str) else arguments:
         path = os.path.join(cwd, os.path.expanduser(argument))
         if argument and os.path.isfile(path):
             inside = os.path.relpath(os.path.realpath(path), os.path.realpath(cwd))
             files.append(argument.lstrip("/") if inside.startswith("..") else inside)
     return [f.replace(os.sep, "/") for f in files]
+
+
+def _argument_words(arguments: str) -> list[str]:
+    try:
+        return shlex.split(arguments)
+    except ValueError:  # a quote left open: the words between blanks
+        return arguments.split()
 
 
 def matches_paths(skill: Skill, files: Sequence[str]) -> bool:

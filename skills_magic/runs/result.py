@@ -18,7 +18,7 @@ USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "c
 class TraceEvent:
     """One disclosure or call: what was sent to (or done for) the model, measured, never estimated."""
 
-    stage: str  # discover | continue | activate | reference | execute | call | model
+    stage: str  # discover | continue | activate | fork | reference | execute | call | model
     object: str
     bytes: int | None = None  # UTF-8 size of what was actually sent
     input_tokens: int | None = None  # as the API reported them
@@ -70,6 +70,8 @@ class RunResult:
     inputs: list[Any] = field(default_factory=list)  # inputs.KernelInput: the kernel objects handed to the run (--with)
     activated: list[str] = field(default_factory=list)  # the skills active when the run ended, earlier turns' too
     seconds: float | None = None  # how long the run took (wall clock); a view puts it in metadata, never in data
+    cost_usd: float | None = None  # what the harness reported the run cost (Claude Code's total_cost_usd)
+    forks: list[RunResult] = field(default_factory=list)  # the nested runs of `context: fork` skills, in order
 
     @property
     def ok(self) -> bool:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from skills_magic.runs.agent import RunResult, TraceEvent
+from skills_magic.runs.disclosure import InlineCommandError
 from skills_magic.skills.skill import Skill
 
 MAX_LISTED_OUTPUTS = 50  # files named in a tool result; the rest are counted (30,000 files must not make 8 MB)
@@ -51,8 +52,13 @@ class ScriptTool:
             return cap_tool_result(f"{path} {run.ending}\n{run.stderr}".rstrip() + hint, listing), True, event
         return cap_tool_result(run.stdout + hint, listing), False, event
 
-    def expand_inline(self, skill: Skill, body: str) -> str:
-        return self.gate.expand_inline(skill, body, self.asker)
+    def expand_inline(self, skill: Skill, command: str) -> str:
+        """An inline command's output for the activated body; InlineCommandError when it was denied or failed (the
+        activation stops: disclosure.activation_body)."""
+        outcome = self.gate.expand_inline(skill, command, self.asker)
+        if outcome.error is not None or outcome.run is None:
+            raise InlineCommandError(outcome.error or "it did not run")
+        return outcome.run.stdout.rstrip("\n")
 
     def kept_in(self, result: RunResult) -> RunResult:
         """`result` with what the run's scripts left."""

@@ -281,28 +281,30 @@ class Gate:
                      detail="timed out" if run.timed_out else None)
         return Outcome(True, decided_by, run=run)
 
-    def expand_inline(self, skill: Skill, command: str, asker: Asker) -> str:
-        """Run one !`command` of an activated body through the policy: its output, or a visible marker when it is
-        denied or fails. `command` is the one that runs, its arguments already quoted (disclosure.activation_text
-        finds the commands in the body as written and never scans their output again)."""
+    def expand_inline(self, skill: Skill, command: str, asker: Asker) -> Outcome:
+        """Run one inline command of an activated body through the policy: an Outcome whose `run` printed the output,
+        or whose `error` says why it was denied or failed (the activation stops on it, as Claude Code's does).
+        `command` is the one that runs, its arguments already quoted (disclosure.activation_text finds the commands
+        in the body as written and never scans their output again)."""
         subject = f"!{command}"
         request = PermissionRequest(skill.name, subject, None, (), 0, skill.frontmatter.allowed_tools, sandbox_line())
         try:
             copy = self._private_copy(skill)
         except ManifestMismatch as error:
             self._record("decision", skill.name, subject, decision="deny", decided_by="skills.lock", detail=str(error))
-            return f"[denied: !`{command}`: {error}]"
+            return Outcome(False, "skills.lock", error=f"refused: {error}")
         except OSError as error:
-            return f"[denied: !`{command}`: the skill's files could not be copied aside ({error.strerror or error})]"
+            return Outcome(False, "the executor",
+                           error=f"refused: the skill's files could not be copied aside ({error.strerror or error})")
         try:
             allowed, decided_by = self._decide(request, asker, "model")
             self._record("decision", skill.name, subject, decision="allow" if allowed else "deny", decided_by=decided_by)
             if not allowed:
-                return f"[denied: !`{command}`: {decided_by}]"
+                return Outcome(False, decided_by, error=f"denied: {decided_by}")
             grants = self.policy.grants(skill.name, subject)
             placed = self._copied_sandbox(skill, subject, grants, copy)
             if placed.refusal:
-                return f"[denied: !`{command}`: {placed.refusal}]"
+                return Outcome(False, "the sandbox", error=placed.refusal)
             env = clean_environment(granted=grants.env) | self.run_env
             # importable here too: `!`python -m scripts.report`` works as a script does
             env["PYTHONPATH"] = placed.skill_folder
@@ -310,15 +312,15 @@ class Gate:
                 run = masked(run_command(["bash", "-c", command], placed.folder, subject, (), "",
                                          INLINE_TIMEOUT_SECONDS, env, "-", placed.box))
             except ScriptError as error:
-                return f"[failed: !`{command}`: {error}]"
+                return Outcome(True, decided_by, error=str(error))
         finally:
             shutil.rmtree(copy.folder, ignore_errors=True)
         self._record("run", skill.name, subject, exit_code=run.exit_code, seconds=round(run.seconds, 6))
-        if run.stopped:
-            return f"[failed: !`{command}`: {run.stopped}]"
+        if run.stopped or run.timed_out:
+            return Outcome(True, decided_by, run, run.stopped or f"timed out after {INLINE_TIMEOUT_SECONDS:g} s")
         if run.exit_code != 0:
             run = self._explained(run, skill.name, subject, grants)
-            hint = f" ({run.hint})" if run.hint else ""
-            return f"[failed: !`{command}` exited with {run.exit_code}: {run.stderr.strip()[:200]}{hint}]"
-        return run.stdout.rstrip("\n")
-
+            stderr = run.stderr.strip()[:200]  # its first lines: enough to say why
+            said = f"exited with {run.exit_code}" + (f": {stderr}" if stderr else "") + (f" ({run.hint})" if run.hint else "")
+            return Outcome(True, decided_by, run, said)
+        return Outcome(True, decided_by, run)

@@ -120,8 +120,8 @@ def failure_hint(stderr: str, exit_code: int | None, timed_out: bool, *, skill: 
             how = f"install it ({install})" if install else "install it"
             return f"hint: the program {program!r} is not on this machine (or not on PATH); {how}"
     if exit_code == 2 and _USAGE.search(tail):
-        return ("hint: the script rejected its arguments (its usage is printed above); every word after --script PATH "
-                "is the script's")
+        return ("hint: the script rejected its arguments (its usage is printed above); every word after the skill's "
+                "NAME is the script's")
     return None
 
 

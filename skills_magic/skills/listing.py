@@ -37,6 +37,12 @@ def shorten(text: str, limit: int | None) -> str:
     return text[: max(limit - 1, 0)].rstrip() + ELLIPSIS
 
 
+def capped(text: str) -> str:
+    """An entry cut at ENTRY_CAP_CHARS as Claude Code cuts it: the first ENTRY_CAP_CHARS - 1 characters as they are
+    (a space before the cut kept), then the ellipsis."""
+    return text if len(text) <= ENTRY_CAP_CHARS else text[:ENTRY_CAP_CHARS - 1] + ELLIPSIS
+
+
 def raw_description(skill: Skill) -> str:
     """The description alone, as skills-ref lists it."""
     return skill.description
@@ -137,7 +143,7 @@ class Format:
 
 def _capped_entry(skill: Skill, describe: Describe, cap: bool) -> Entry:
     text = describe(skill)
-    listed = shorten(text, ENTRY_CAP_CHARS) if cap else text
+    listed = capped(text) if cap else text
     return Entry(skill, listed, listed)
 
 

@@ -13,7 +13,7 @@ from traitlets import List, Unicode
 
 from skills_magic.notebook.magics.ledger import LEDGER_USAGE, LedgerMagics  # noqa: F401  (re-exported: its home before the split)
 from skills_magic.notebook.magics.run import (  # noqa: F401  (re-exported: its home before the split)
-    RUN_USAGE, STREAM_UPDATE_SECONDS, VERIFY_USAGE, RunMagics, split_script_words,
+    RUN_USAGE, STREAM_UPDATE_SECONDS, VERIFY_USAGE, RunMagics, read_run_line,
 )
 from skills_magic.notebook.magics.skills import SHORT_USAGE, SOURCE_LABELS, SkillsCommandMagics  # noqa: F401  (re-exported: its home before the split)
 from skills_magic.notebook.views.base import JSONResult  # noqa: F401  (re-exported: its home before the split)

@@ -5,13 +5,17 @@ returns a view; `%%skill?` prints the usage generated from the arguments below."
 from __future__ import annotations
 
 import argparse
+import difflib
 import keyword
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from IPython.core.error import UsageError
 from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument
 
+from skills_magic.errors import SkillsMagicError
 from skills_magic.notebook.magics.base import SessionMagics
 from skills_magic.notebook.magics.commands import help_text, parser_of, positive, user_errors, words
 from skills_magic.notebook.views.runs import ShownRun
@@ -20,17 +24,20 @@ from skills_magic.notebook.views.votes import VotesView
 from skills_magic.runs.inputs import InputError
 from skills_magic.runs.interpolate import interpolate
 
-RUN_USAGE = ("usage: %%skill run [NAME [ARGS...]] [--model M] [--max-turns N] [--record FILE | --replay FILE] [--continue] "
-             "[--as NAME] [--background] "
-             "[--no-model --script PATH [ARG...]]; the cell body is the task (`%%skill?` for details)")
+RUN_USAGE = ("usage: %%skill run [OPTIONS] [NAME [ARGS...]]: the magic's OPTIONS go before NAME, everything after "
+             "NAME is the skill's ARGS as typed, or `NAME OPTIONS -- ARGS`; e.g. `%%skill run --model M fix-bug the "
+             "login form`, `%%skill run fix-bug --model M -- the login form`, `%%skill run --no-model --script "
+             "scripts/x.py NAME a \"b c\"`; the cell body is the task (`%%skill?` lists the options)")
 VERIFY_USAGE = ("usage: %%skill verify [--votes N] [--refutations R] [--concurrency C] [--model M] [--voter model|"
                 "script:SKILL:PATH ...] [--timeout S] [--max-claims K] [--ledger SLUG]; the cell is a YAML list of "
                 "{claim, quote, source}")
 WRITE_USAGE = ("usage: %%skill write NAME [--dir PATH] [--no-overwrite] (or NAME/scripts/FILE, NAME/references/FILE, "
                "NAME/assets/FILE); the cell body is the SKILL.md (or the file)")
+BLANKS = " \t\r\n"  # what separates the words of a line, as for shlex.split
+OPTION_MATCH_CUTOFF = 0.7  # how alike a mistyped option must be to be suggested: --modl is --model, --dry no option
 STREAM_UPDATE_SECONDS = 0.1  # redraw a streaming answer at most this often: smooth to read, cheap for the kernel
 SUMMARY = """Run a task with Agent Skills through a model (progressive disclosure), or one skill's script; verify claims
-by votes; write a skill. On one line, `%skill run NAME --no-model --script PATH [ARGS...]` runs a script with empty
+by votes; write a skill. On one line, `%skill run --no-model --script PATH NAME [ARGS...]` runs a script with empty
 stdin."""
 WRITE_HELP = """::
 
@@ -55,29 +62,148 @@ def _seconds(text: str) -> float:
     return value
 
 
-def split_script_words(words: list[str]) -> tuple[list[str], list[str] | None]:
-    """`%%skill run`'s words, split where the script's own begin: every word after `--script PATH` is the script's
-    (options like `--port 8765` too), and one `--` right after PATH is dropped; None when there is no `--script`
-    (before a `--`, which ends our options)."""
-    for index, word in enumerate(words):
-        if word == "--":
+@dataclass(frozen=True)
+class RunLine:
+    """A `%%skill run` line read: the magic's own options (parsed), the skill's NAME, and its ARGS as typed."""
+
+    options: argparse.Namespace
+    name: str | None
+    arguments: str
+
+
+class OpenQuote(SkillsMagicError):
+    """A quote (or a final backslash) on the magic's line that does not close: shlex.split's two errors."""
+
+
+def lexed(text: str) -> Iterator[tuple[str, str, int]]:
+    """The shell words of `text` (POSIX quoting, as shlex.split reads them) one by one, each as (the word, its text as
+    typed, the offset just past it); lazily, so a quote left open is an OpenQuote only where words are read."""
+    index, end = 0, len(text)
+    while True:
+        while index < end and text[index] in BLANKS:
+            index += 1
+        if index == end:
+            return
+        start, word = index, []
+        while index < end and text[index] not in BLANKS:
+            char = text[index]
+            if char == "'":  # single quotes: everything up to the next one, as it is
+                close = text.find("'", index + 1)
+                if close < 0:
+                    raise OpenQuote("No closing quotation")
+                word.append(text[index + 1:close])
+                index = close + 1
+            elif char == '"':  # double quotes: a backslash escapes only `"` and itself
+                index += 1
+                while index < end and text[index] != '"':
+                    if text[index] == "\\" and index + 1 == end:
+                        raise OpenQuote("No escaped character")
+                    if text[index] == "\\" and text[index + 1] in '"\\':
+                        index += 1
+                    word.append(text[index])
+                    index += 1
+                if index == end:
+                    raise OpenQuote("No closing quotation")
+                index += 1
+            elif char == "\\":  # outside quotes a backslash takes the next character as it is
+                if index + 1 == end:
+                    raise OpenQuote("No escaped character")
+                word.append(text[index + 1])
+                index += 2
+            else:
+                word.append(char)
+                index += 1
+        yield "".join(word), text[start:index], index
+
+
+def _run_options() -> dict[str, argparse.Action]:
+    # read from the parser, so an option declared on `_run` is one here too
+    return {flag: action for action in RUN_PARSER._actions for flag in action.option_strings}
+
+
+def _option_words(word: str, following: Iterator[tuple[str, str, int]], where: str) -> list[str]:
+    """One of the magic's options as argparse is given it (`--opt=value`, whatever the value starts with), its value
+    the next word of `following` unless given after `=`."""
+    flag, equals, value = word.partition("=")
+    options = _run_options()
+    action = options.get(flag)
+    if action is None:
+        close = difflib.get_close_matches(flag, list(options), n=1, cutoff=OPTION_MATCH_CUTOFF)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UsageError(f"unknown option {flag}{hint} {where}; {RUN_USAGE}")
+    if action.nargs == 0:
+        if equals:
+            raise UsageError(f"{flag} takes no value; {RUN_USAGE}")
+        return [flag]
+    if not equals:
+        value = next(following, (None,))[0]
+        if value is None:
+            raise UsageError(f"{flag} needs a value; {RUN_USAGE}")
+    return [f"{flag}={value}"]
+
+
+def _options_after_name(rest: str) -> tuple[list[str], str]:
+    """`NAME OPTIONS -- ARGS`: when the text after NAME starts with one of the magic's options and a `--` follows, the
+    words before that `--` are the magic's options and the text after it the ARGS; otherwise all of it is ARGS."""
+    words = lexed(rest)
+    try:
+        first = next(words, None)
+        if first is None or first[0].partition("=")[0] not in _run_options():
+            return [], rest
+        before = [first]
+        for word in words:
+            if word[1] == "--":  # a `--` as typed: a quoted "--" is an argument
+                end = word[2]
+                break
+            before.append(word)
+        else:
+            return [], rest
+    except OpenQuote:  # a quote the ARGS leave open: they are the skill's, as typed
+        return [], rest
+    own, items = [], iter(before)
+    for word, _typed, _end in items:
+        if not word.startswith("-"):
+            raise UsageError(f"{word!r} between the skill's NAME and `--` is not an option: the skill's ARGS go after "
+                             f"the `--`; {RUN_USAGE}")
+        own += _option_words(word, items, "between the skill's NAME and `--`")
+    return own, rest[end:].strip()
+
+
+def read_run_line(text: str) -> RunLine:
+    """`%%skill run [OPTIONS] [NAME [ARGS...]]` read off the line as typed: options until the first word that is not
+    one (or after a `--`), that word the NAME, and the rest of the line, untouched, the ARGS."""
+    own: list[str] = []
+    name, end = None, len(text)
+    words = lexed(text)
+    try:
+        for word, _typed, end in words:
+            if word == "--":  # the options end: the next word is NAME whatever it starts with
+                name, _typed, end = next(words, (None, "", len(text)))
+                break
+            if word.startswith("-") and word != "-":
+                own += _option_words(word, words, "before the skill's NAME")
+                continue
+            name = word
             break
-        end = index + 2 if word == "--script" else index + 1 if word.startswith("--script=") else None
-        if end is not None and end <= len(words):
-            rest = words[end:]
-            return words[:end], rest[1:] if rest[:1] == ["--"] else rest
-    return words, None
+    except OpenQuote as error:
+        raise UsageError(f"{error}; {RUN_USAGE}") from None
+    after, arguments = _options_after_name(text[end:].strip()) if name is not None else ([], "")
+    return RunLine(RUN_PARSER.parse_args(own + after), name, arguments)
 
 
 @magics_class
 class RunMagics(SessionMagics):
     """`%%skill`: run a task or a script, verify claims, write a skill."""
 
-    @argument("words", nargs="*", help="the skill's name, then its arguments")
+    @argument("name", nargs="?", metavar="NAME", help="the skill to activate (else the model chooses)")
+    @argument("arguments", nargs="*", metavar="ARGS",
+              help="the rest of the line, as typed: $ARGUMENTS (with --no-model, the script's argv)")
     @argument("--model", metavar="M", help="the model id (else the skill's own `model`, then `%%skills model`)")
+    @argument("--harness", choices=["native", "claude-code"],
+              help="whose agent loop runs it: this project's or Claude Code's (the claude-code extra)")
     @argument("--max-turns", type=_turns, metavar="N", help="model calls the run may make")
     @argument("--no-model", action="store_true", help="no model at all: run --script with the cell body as its stdin")
-    @argument("--script", metavar="PATH", help="the script to run (with --no-model); every word after PATH is the script's")
+    @argument("--script", metavar="PATH", help="the script to run (with --no-model); its argv: the ARGS' shell words")
     @argument("--record", metavar="FILE", help="record the model's answers in this cassette")
     @argument("--replay", metavar="FILE", help="answer from this cassette instead of a model")
     @argument("--background", action="store_true",
@@ -88,17 +214,26 @@ class RunMagics(SessionMagics):
     @argument("--continue", dest="continue_conversation", action="store_true",
               help="go on with the last run's conversation (`%%skills history` shows it, `%%skills reset` starts over)")
     @argument("--as", dest="assign_to", metavar="NAME", help="also assign the RunResult to NAME in the notebook")
-    def _run(self, argv: list[str], cell: str):
+    def _run(self, line: str, cell: str):
         """The cell body is the task; with NAME that skill is activated explicitly (no model decision), without it the
-        model chooses from the catalog; ARGS fill $ARGUMENTS / $0 / $1 ... in the skill's body."""
-        own, script_words = split_script_words(argv)
-        args = RUN_PARSER.parse_intermixed_args(own)
-        name, arguments = (args.words[0], args.words[1:]) if args.words else (None, [])
-        arguments = [*arguments, *(script_words or [])]
+        model chooses from the catalog.
+
+          %%skill run [OPTIONS] [NAME [ARGS...]]
+
+        OPTIONS are the magic's own and go before NAME (a `--` ends them). Everything after NAME is the skill's ARGS,
+        exactly as typed: $ARGUMENTS is that text, $0, $1 ... its shell words; a `--flag` there is the skill's too.
+        For options after NAME, end them with `--`: `NAME OPTIONS -- ARGS`. With --no-model --script PATH, the
+        ARGS' shell words are the script's argv.
+
+          %%skill run --model claude-opus-4-6 fix-bug      options, then the skill
+          %%skill run echo-args "hello world" --dry-run    ARGS: `"hello world" --dry-run`, as typed
+          %%skill run fix-bug --model claude-opus-4-6 -- the login form    options after NAME, ended by `--`
+          %%skill run --no-model --script scripts/x.py NAME a "b c"        the script's argv: a, b c"""
+        read = read_run_line(line)
+        args, name, arguments = read.options, read.name, read.arguments
         task = cell.strip("\n")
         if args.script and not args.no_model:
-            late = " before --script PATH (every word after the path is the script's)" if "--no-model" in arguments else ""
-            raise UsageError(f"--script runs a script without a model: add --no-model{late}; {RUN_USAGE}")
+            raise UsageError(f"--script runs a script without a model: add --no-model; {RUN_USAGE}")
         if args.record and args.replay:
             raise UsageError(f"--record and --replay exclude each other; {RUN_USAGE}")
         self._check_run_options(args)
@@ -107,7 +242,7 @@ class RunMagics(SessionMagics):
             if args.no_model:
                 if name is None or not args.script:
                     raise UsageError(f"--no-model needs a skill NAME and --script PATH; {RUN_USAGE}")
-                result = self.session.run_script(name, args.script, cell, arguments, inputs=inputs)
+                result = self.session.run_script(name, args.script, cell, words(arguments, RUN_USAGE), inputs=inputs)
             else:
                 if not task.strip() and name is None:
                     raise UsageError(f"the cell body is the task, and it is empty; {RUN_USAGE}")
@@ -118,7 +253,7 @@ class RunMagics(SessionMagics):
                 if not args.raw:
                     task = interpolate(task, self.shell.user_ns, self.cell_errors)
                 options = dict(model=args.model, max_turns=args.max_turns, record=args.record, replay=args.replay,
-                               inputs=inputs, continue_conversation=args.continue_conversation)
+                               inputs=inputs, continue_conversation=args.continue_conversation, harness=args.harness)
                 if args.background:
                     from skills_magic.notebook.widgets import BackgroundRun
 
@@ -251,14 +386,15 @@ class RunMagics(SessionMagics):
     @line_cell_magic
     def skill(self, line: str, cell: str | None = None):
         cell = cell or ""  # the line form: no body
+        command, *rest = line.split(None, 1) or [""]
+        if command == "run":  # read as typed: the skill's ARGS are never split into words and rejoined
+            return self._run("".join(rest), cell)
         argv = words(line, RUN_USAGE)
         if argv and argv[0] == "verify":
             return self._verify(argv[1:], cell)
         if argv and argv[0] == "write":
             return self._write(argv[1:], cell)
-        if not argv or argv[0] != "run":
-            raise UsageError(f"{RUN_USAGE}\n{VERIFY_USAGE}")
-        return self._run(argv[1:], cell)
+        raise UsageError(f"{RUN_USAGE}\n{VERIFY_USAGE}")
 
 
 RUN_PARSER = parser_of(RunMagics._run, "%skill run", RUN_USAGE)

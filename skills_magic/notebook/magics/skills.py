@@ -103,7 +103,7 @@ class SkillsCommandMagics(SessionMagics):
     # --- the model and its runs ---------------------------------------------------------------------------------
 
     @subcommand("model")
-    @argument("choice", nargs="?", help="auto | anthropic [ID] | scripted FILE | keywords [N] | replay CASSETTE | a model id")
+    @argument("choice", nargs="?", help="auto | anthropic [ID] | claude-code [ID] | scripted FILE | keywords [N] | replay CASSETTE | a model id")
     @argument("value", nargs="?", help="the ID, FILE, N or CASSETTE of the choice")
     def _model(self, args):
         """The model runs use: the choice, or (no choice) the one in use."""
@@ -166,7 +166,8 @@ class SkillsCommandMagics(SessionMagics):
     @argument("--runs", type=positive, metavar="N", help="runs of each prompt")
     @argument("--model", metavar="M", help="the model id the runs ask for")
     @argument("--strategy", choices=["plain", "forced"], default="plain", help="how the catalog is offered")
-    @argument("--compare", metavar="WHAT", help="plain | forced | FOLDER: a second report beside the first")
+    @argument("--compare", metavar="WHAT", help="plain | forced | FOLDER | harness: a second report beside the first")
+    @argument("--harness", choices=["native", "claude-code"], help="whose agent loop runs the prompts")
     @argument("--behaviour", "--behavior", action="store_true", help="also judge each skill's expected behaviours")
     @argument("--batch", action="store_true", help="send the runs as Message Batches")
     @argument("--resume", metavar="BATCH_IDS", help="the batch ids to resume after a kernel restart, comma-separated (with --batch)")
@@ -181,7 +182,7 @@ class SkillsCommandMagics(SessionMagics):
         started = time.perf_counter()
         reports = self.session.eval(args.file, runs=args.runs, model=args.model, strategy=args.strategy,
                                     compare=args.compare, behaviour=args.behaviour, batch=args.batch, resume=args.resume,
-                                    on_progress=progress)
+                                    on_progress=progress, harness=args.harness)
         view = EvalView(reports, self.session.lint(), time.perf_counter() - started)
         if args.chart:
             with open(os.path.join(self.session.cwd, args.chart), "w", encoding="utf-8") as handle:

@@ -79,20 +79,38 @@ class EvalView(View):
             columns += [f"precision ({report.label})", f"recall ({report.label})"]
         return columns + ["lint"]
 
+    def differences(self) -> list[str]:
+        """The prompts whose activations differ between the reports side by side (none for a single report)."""
+        if len(self.reports) < 2:
+            return []
+        tables = [report.per_prompt() for report in self.reports]
+        return [row["id"] for n, row in enumerate(tables[0]) if any(t[n]["activated"] != row["activated"] for t in tables[1:])]
+
     def _prompt_rows(self):
         rows = []
-        first = self.reports[0]
+        first, differing = self.reports[0], set(self.differences())
         for n, row in enumerate(first.per_prompt()):
             cells = [row["id"], row["category"], ", ".join(row["expected"]) or "(none)"]
             for report in self.reports:
                 other = report.per_prompt()[n]
                 shown = ", ".join(f"{s} {k}/{other['runs']}" for s, k in sorted(other["activated"].items())) or f"none 0/{other['runs']}"
                 cells.append(shown)
+            if len(self.reports) > 1:
+                cells.append("differs" if row["id"] in differing else "")
             rows.append(cells)
         return rows
 
     def _prompt_columns(self):
-        return ["id", "category", "expected"] + [f"activated ({r.label})" for r in self.reports]
+        return (["id", "category", "expected"] + [f"activated ({r.label})" for r in self.reports]
+                + (["compared"] if len(self.reports) > 1 else []))
+
+    def _differences_line(self) -> list[str]:
+        if len(self.reports) < 2:
+            return []
+        found = self.differences()
+        total = len(self.reports[0].items)
+        said = f": {', '.join(found)}" if found else ""
+        return [f"activation differs between {' and '.join(r.label for r in self.reports)} on {len(found)} of {total} prompts{said}"]
 
     def _behaviour_lines(self) -> list[str]:
         lines = []
@@ -103,7 +121,7 @@ class EvalView(View):
         return lines
 
     def text(self) -> str:
-        parts = [self._headline(r) for r in self.reports]
+        parts = [self._headline(r) for r in self.reports] + self._differences_line()
         parts += ["", table_text(self._skill_columns(), self._skill_rows(), numeric=frozenset()),
                   "", table_text(self._prompt_columns(), self._prompt_rows(), numeric=frozenset())]
         behaviour = self._behaviour_lines()
@@ -112,7 +130,7 @@ class EvalView(View):
         return "\n".join(parts)
 
     def html(self) -> str:
-        head = "".join(f"<p><b>{escape(self._headline(r))}</b></p>" for r in self.reports)
+        head = "".join(f"<p><b>{escape(line)}</b></p>" for line in [self._headline(r) for r in self.reports] + self._differences_line())
         behaviour = "".join(f"<li>{escape(line)}</li>" for line in self._behaviour_lines())
         return (f"<div class='skills-magic-eval'>{head}{activation_chart_svg(self.reports)}"
                 f"{table_html(self._skill_columns(), self._skill_rows(), numeric=range(1, 1 + 2 * len(self.reports)))}"
@@ -120,7 +138,7 @@ class EvalView(View):
                 + (f"<ul>{behaviour}</ul>" if behaviour else "") + "</div>")
 
     def data(self) -> dict[str, Any]:
-        return {"reports": [r.summary() for r in self.reports],
+        return {"reports": [r.summary() for r in self.reports], **({"differences": self.differences()} if len(self.reports) > 1 else {}),
                 "lint": {name: [f.rule for f in findings] for name, findings in self.lint.items()}}
 
     def chart_svg(self) -> str:

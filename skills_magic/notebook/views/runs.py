@@ -19,6 +19,9 @@ TRACE_COLUMNS = ("stage", "object", "bytes", "in tok", "out tok", "cache read", 
 TRACE_NUMBERS = frozenset({2, 3, 4, 5, 6})  # the columns of counts: right-aligned, as in the text table
 OUTPUTS_TITLE = "files the scripts wrote (in their scratch folders)"
 OUTPUT_COLUMNS = ("script", "path", "bytes")
+FORK_TITLE = "fork {name}: its own run, in a fresh context"
+FORK_INDENT = "    "  # a nested run's text, one level in: deep enough to read as inside the trace above it
+FORK_STYLE = "margin-left:1.5em;border-left:2px solid #ccc;padding-left:0.5em"
 
 
 def trace_rows(trace) -> list[tuple[str, ...]]:
@@ -38,13 +41,15 @@ class TraceView(View):
         self.result = result
 
     def text(self) -> str:
-        return table_text(TRACE_COLUMNS, trace_rows(self.result.trace))
+        return "\n\n".join([table_text(TRACE_COLUMNS, trace_rows(self.result.trace)), *map(fork_text, self.result.forks)])
 
     def html(self) -> str:
-        return table_html(TRACE_COLUMNS, trace_rows(self.result.trace), names=(0, 1), numeric=TRACE_NUMBERS)
+        return (table_html(TRACE_COLUMNS, trace_rows(self.result.trace), names=(0, 1), numeric=TRACE_NUMBERS)
+                + "".join(map(fork_html, self.result.forks)))
 
     def data(self) -> dict[str, Any]:
-        return {"trace": [e.to_dict() for e in self.result.trace]}
+        return {"trace": [e.to_dict() for e in self.result.trace],
+                **({"forks": [TraceView(f).data() | {"skill": f.skill} for f in self.result.forks]} if self.result.forks else {})}
 
 
 class RunView(View):
@@ -77,8 +82,9 @@ class RunView(View):
 
     def _usage(self) -> str:
         u = self.result.usage
+        cost = "" if self.result.cost_usd is None else f" · cost ${self.result.cost_usd:.6f} (as the harness reported it)"
         return (f"usage: input {u['input_tokens']:,} · output {u['output_tokens']:,} · cache read "
-                f"{u['cache_read_input_tokens']:,} · cache write {u['cache_creation_input_tokens']:,} tokens")
+                f"{u['cache_read_input_tokens']:,} · cache write {u['cache_creation_input_tokens']:,} tokens{cost}")
 
     def text(self) -> str:
         parts = [self.result.final_text.rstrip() or "(no answer)"]
@@ -146,6 +152,8 @@ class RunView(View):
             "outputs": [{k: o[k] for k in ("script", "path", "bytes")} for o in r.outputs],
             # only where a run changed something, so the outputs of runs that change nothing stay as they were
             **({"changes": [c.to_dict() for c in r.changes]} if r.changes else {}),
+            **({"forks": [RunView(f).data() for f in r.forks]} if r.forks else {}),  # the nested runs, likewise
+            **({"cost_usd": r.cost_usd} if r.cost_usd is not None else {}),  # what Claude Code reported, likewise
         }
 
     def metadata(self) -> dict[str, Any]:
@@ -155,6 +163,25 @@ class RunView(View):
         if self.result.changes:  # run ids differ on every run: the command to apply them is metadata
             meta.update(changes_metadata(self.result.changes))
         return meta
+
+
+def fork_text(child) -> str:
+    """A `context: fork` run nested in its parent's trace: its tool calls, stop, usage and trace (its own forks in
+    it), indented under its title."""
+    view = RunView(child)
+    parts = [*(["tool calls:", *(f"  {line}" for line in view._calls())] if child.tool_calls else []),
+             view._status(), view._usage(), "load trace:", TraceView(child).text()]
+    body = "\n".join(parts)
+    return FORK_TITLE.format(name=child.skill) + ":\n" + "\n".join(FORK_INDENT + line if line else line for line in body.splitlines())
+
+
+def fork_html(child) -> str:
+    view = RunView(child)
+    calls = "".join(f"<li><code>{escape(line)}</code></li>" for line in view._calls())
+    return (f"<details open class='skills-magic-fork'><summary>{escape(FORK_TITLE.format(name=child.skill))}</summary>"
+            f"<div style='{FORK_STYLE}'>" + (f"<ul>{calls}</ul>" if calls else "")
+            + preformatted(f"{view._status()}\n{view._usage()}", "skills-magic-status")
+            + TraceView(child).html() + "</div></details>")
 
 
 def run_bundle(result) -> tuple[dict[str, Any], dict[str, Any]]:
