@@ -325,7 +325,7 @@ def test_each_run_starts_with_nothing_active(root):
 def test_arguments_reach_a_model_chosen_activation(root):
     agent, model = make_agent(root, [tools_turn(call("activate_skill", {"name": "csv-clean"})), "ok"])
     agent.run("task", arguments=["data.csv"])
-    assert "Clean it.\n\nARGUMENTS: data.csv\n" in only_result(model.requests[1])["content"]
+    assert "Clean it.\n\n\nARGUMENTS: data.csv\n" in only_result(model.requests[1])["content"]
 
 
 # --- read_skill_resource -----------------------------------------------------------------------------------------

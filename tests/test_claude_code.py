@@ -187,3 +187,41 @@ def test_without_the_extra_or_a_key_the_choice_says_what_to_do(project, monkeypa
     session.choose_model("claude-code", FAKE_MODEL)
     with pytest.raises(NoModelConfigured):
         session.run("Say hello.")
+
+
+def test_a_fork_skill_runs_as_claude_codes_sub_agent_and_only_its_result_returns(project, monkeypatch):
+    make_skill(project / "skills" / "forky", "name: forky\ndescription: Runs apart. Use when asked to fork.\n"
+                                             "context: fork\n", "FORK-BODY: summarise $ARGUMENTS\n")
+
+    def script(body):
+        sent = "\n".join(sent_texts(body))
+        if "FORK-BODY" in sent and not any(m["role"] == "assistant" for m in body["messages"]):
+            return message([text_block("CHILD-ANSWER")])  # the sub-agent's first (and only) call
+        if not any(m["role"] == "assistant" for m in body["messages"]):
+            return tool_message("Skill", {"skill": "forky", "args": "the notes"})
+        return message([text_block("Parent done.")])
+
+    log: list = []
+    with FakeAnthropicServer(loop_replies(script, log)) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        result = session_at(project, server).run("Fork it.")
+    child = next(b for b in log if "FORK-BODY" in "\n".join(sent_texts(b)))
+    assert "plugin-authoring" not in system_text(child)  # Claude Code's built-in plugins are off, sub-agents too
+    parent_last = "\n".join(sent_texts(log[-1]))
+    assert "CHILD-ANSWER" in parent_last and "FORK-BODY" not in parent_last  # the result alone came back
+    assert any(e.stage == "fork" and e.object == "forky" for e in result.trace)
+    assert result.final_text == "Parent done."
+
+
+def test_behaviour_evals_and_batches_are_refused_with_the_claude_code_harness(project):
+    from skills_magic.errors import InvalidArgument
+
+    prompts = project / "prompts.yaml"
+    prompts.write_text("prompts:\n  - {id: D1, category: direct, expected: [csv-peek], prompt: Peek at data.csv.}\n",
+                       encoding="utf-8")
+    session = SkillsSession(cwd=str(project))
+    session.choose_model("claude-code", FAKE_MODEL)
+    with pytest.raises(InvalidArgument, match="native harness"):
+        session.eval(str(prompts), behaviour=True)
+    with pytest.raises(InvalidArgument, match="Message Batches"):
+        session.eval(str(prompts), batch=True)

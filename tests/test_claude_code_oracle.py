@@ -57,6 +57,17 @@ SUBSTITUTION_CASES = [
     ("inline-with-argument", "", "!`echo got $0`\n", "word"),
     ("inline-failing", "", "X\n!`false`\n", ""),
     ("spaces-only", "", "No placeholders.\n", "  "),
+    ("arguments-on-lines", "", "A=[$ARGUMENTS] 1=[$1]\n", "one\ntwo"),
+    ("in-a-code-block", "", "```\necho $0 $ARGUMENTS\n```\n", "x y"),
+    ("unicode-words", "", "A=[$ARGUMENTS] 0=[$0]\n", "café 'naïve ünï'"),
+    ("fenced-two-commands", "", "```!\necho one\necho two\n```\n", ""),
+    ("name-indexed", "arguments: [who]\n", "W=[$who] W0=[$who[0]] WX=[$who_x]\n", "ann"),
+    ("inline-quoted-arguments", "", "!`echo \"$ARGUMENTS\"`\n", "a 'b c'"),
+    ("inline-at-the-end", "", "text !`echo end`", ""),
+    ("inline-after-a-tab", "", "a\t!`echo tab`\n", ""),
+    ("inline-after-a-bang", "", "!!`echo two`\n", ""),
+    ("crlf-lines", "", "line1\r\n!`echo crlf`\r\n", ""),
+    ("project-and-effort", "", "P=${CLAUDE_PROJECT_DIR} E=${CLAUDE_EFFORT}\n", ""),
     ("skill-dir-alias", "", "K=${SKILL_DIR}\n", ""),
 ]
 
@@ -68,6 +79,12 @@ KNOWN_DIFFERENCES = {
     # Claude Code fills ${CLAUDE_SKILL_DIR} after the arguments, so an argument that says ${CLAUDE_SKILL_DIR} becomes
     # the folder; skills-magic never reads a substituted value again: an argument is taken literally
     "not-rescanned": ("/.claude/skills/not-rescanned]", "${CLAUDE_SKILL_DIR}]"),
+    # Claude Code takes `$N` from the first line of the arguments only (a newline ends a shell command); skills-magic
+    # counts the words of every line (a newline is whitespace between words)
+    "arguments-on-lines": ("1=[$1]", "1=[two]"),
+    # ${CLAUDE_PROJECT_DIR} and ${CLAUDE_EFFORT} are Claude Code's own (its project folder, its effort level): not
+    # filled in by skills-magic, whose runs have neither (a notebook's folder is not a Claude Code project)
+    "project-and-effort": ("E=high", "P=${CLAUDE_PROJECT_DIR} E=${CLAUDE_EFFORT}"),
     # ${SKILL_DIR} is another client's spelling of the skill's folder: Claude Code leaves it as written, skills-magic
     # fills it in too (skills written for that client keep working)
     "skill-dir-alias": ("K=${SKILL_DIR}", "/.claude/skills/skill-dir-alias"),

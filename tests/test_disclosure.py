@@ -73,7 +73,7 @@ def test_session_id_placeholder():
 def test_dir_and_session_placeholders_do_not_count_as_argument_use():
     # the arguments still have to reach the model: they are appended
     text = sub("in ${SKILL_DIR} for ${CLAUDE_SESSION_ID}\n", ["a1"], skill_dir="d", session="s")
-    assert text == "in d for s\n\nARGUMENTS: a1\n"
+    assert text == "in d for s\n\n\nARGUMENTS: a1"
 
 
 def test_declared_argument_names():
@@ -100,8 +100,8 @@ def test_shell_variables_and_dollar_amounts_are_untouched():
 
 
 def test_arguments_appended_when_the_body_has_no_placeholder():
-    assert sub("# Do it\n\nSteps.\n\n\n", 'a "b c"') == '# Do it\n\nSteps.\n\nARGUMENTS: a "b c"\n'  # as typed
-    assert sub("Steps.\n", ["a", "b c"]) == "Steps.\n\nARGUMENTS: a 'b c'\n"  # a list is joined as shell words
+    assert sub("# Do it\n\nSteps.\n\n\n", 'a "b c"') == '# Do it\n\nSteps.\n\n\n\n\nARGUMENTS: a "b c"'  # as typed
+    assert sub("Steps.\n", ["a", "b c"]) == "Steps.\n\n\nARGUMENTS: a 'b c'"  # a list is joined as shell words
 
 
 def test_nothing_appended_without_arguments():
@@ -116,12 +116,12 @@ def test_nothing_appended_when_a_placeholder_is_used():
 
 
 def test_arguments_followed_by_a_word_character_is_not_a_placeholder():
-    assert sub("x $ARGUMENTSX y\n", ["a"]) == "x $ARGUMENTSX y\n\nARGUMENTS: a\n"
-    assert sub("x $ARGUMENTS_1\n", ["a"]) == "x $ARGUMENTS_1\n\nARGUMENTS: a\n"
+    assert sub("x $ARGUMENTSX y\n", ["a"]) == "x $ARGUMENTSX y\n\n\nARGUMENTS: a"
+    assert sub("x $ARGUMENTS_1\n", ["a"]) == "x $ARGUMENTS_1\n\n\nARGUMENTS: a"
 
 
 def test_positional_followed_by_a_word_character_is_not_a_placeholder():
-    assert sub("x $0abc\n", ["a"]) == "x $0abc\n\nARGUMENTS: a\n"
+    assert sub("x $0abc\n", ["a"]) == "x $0abc\n\n\nARGUMENTS: a"
 
 
 def test_multi_digit_positional():
@@ -146,7 +146,7 @@ def test_declared_names_do_not_rescan_substituted_values():
 
 def test_skill_dir_is_not_rescanned_for_declared_names():
     # the folder's `$issue` is not a placeholder: the body used none, so the argument is appended
-    assert sub("${SKILL_DIR}/run.py", ["42"], names=["issue"], skill_dir="weird$issue") == "weird$issue/run.py\n\nARGUMENTS: 42\n"
+    assert sub("${SKILL_DIR}/run.py", ["42"], names=["issue"], skill_dir="weird$issue") == "weird$issue/run.py\n\nARGUMENTS: 42"
 
 
 def test_declared_argument_names_from_frontmatter(tmp_path):
@@ -285,7 +285,7 @@ def test_activation_text_keeps_the_body_verbatim(tmp_path):
 def test_activation_text_appends_arguments_for_a_body_without_placeholders(tmp_path):
     skill = one_skill(tmp_path, body="Do it.\n")
     text = activation_text(skill, "d", ["x", "y"], "s")
-    assert "Do it.\n\nARGUMENTS: x y\n" in text
+    assert "Do it.\n\n\nARGUMENTS: x y" in text
 
 
 # --- read_resource() ---------------------------------------------------------------------------------------------

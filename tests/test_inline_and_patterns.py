@@ -130,7 +130,7 @@ def test_a_commands_output_is_not_scanned_for_inline_commands(place):
     pytest.param("echo $ARGUMENTS[0]", f"hi && echo {INJECTED} && {STEAL}", None, id="$ARGUMENTS[0]"),
     pytest.param("echo $topic", f"hi | {STEAL}; echo {INJECTED}", None, id="declared name"),
     pytest.param('echo "$0"', f'hi"; echo {INJECTED}; {STEAL}; echo "', None, id="inside double quotes"),
-    pytest.param('echo "[$ARGUMENTS]"', f'hi"; echo {INJECTED}; {STEAL}; echo "', "[{}]", id="$ARGUMENTS in quotes"),
+    pytest.param('echo "[$ARGUMENTS]"', f'hi"; echo {INJECTED}; {STEAL}; echo "', "[{quoted}]", id="$ARGUMENTS in quotes"),  # the text as typed: here a list, joined as shell words
     pytest.param("echo '$0'", f"hi'; echo {INJECTED}; {STEAL}; echo '", None, id="inside single quotes"),
     pytest.param('echo "$(echo "$0")"', f'hi"); echo {INJECTED}; {STEAL}; (echo "', None, id="inside $( )"),
     pytest.param("echo $0", f"$(echo {INJECTED}) `{STEAL}`", None, id="command substitution in the value"),
@@ -142,7 +142,8 @@ def test_an_argument_reaches_an_inline_command_as_one_quoted_word(place, command
     allow(session, "x:!echo *")
     text = activation(session, [argument])
     assert_not_injected(text)
-    assert f"Said: {(printed or '{}').format(argument)}\n" in text  # echo printed the argument, every character of it
+    shown = (printed or '{}').format(argument, quoted=shlex.quote(argument))
+    assert f"Said: {shown}\n" in text  # echo printed the argument, every character of it
     assert len(runs(session)) == 1
 
 

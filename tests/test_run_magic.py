@@ -62,7 +62,7 @@ def test_naming_a_skill_activates_it_without_a_model_decision(ip, magics):
     first_request = magics.session.model_client.requests[0]
     activation = first_request["messages"][0]["content"][0]["text"]
     assert activation.startswith("[skill lab-notebook-entry | bundled | 1.0 | <bundled>/lab-notebook-entry]")
-    assert 'ARGUMENTS: "first run" second\n' in activation  # the line's text after the name, quotes and all
+    assert 'ARGUMENTS: "first run" second' in activation  # the line's text after the name, quotes and all
 
 
 def test_without_a_key_or_a_chosen_model_the_run_explains_how_to_get_one(ip, magics):

@@ -37,7 +37,7 @@ def test_the_bodys_own_noncharacters_become_replacement_characters():
 
 
 def test_an_escaped_dollar_amount_is_a_literal_dollar():
-    assert sub("It costs \\$1.00.\n", "a b") == "It costs $1.00.\n\nARGUMENTS: a b\n"  # nothing used: appended
+    assert sub("It costs \\$1.00.\n", "a b") == "It costs $1.00.\n\n\nARGUMENTS: a b"  # nothing used: appended
 
 
 def test_an_escaped_arguments_is_literal():
@@ -49,7 +49,7 @@ def test_an_escaped_declared_name_is_literal():
 
 
 def test_a_backslash_before_anything_else_stays():
-    assert sub("\\$HOME \\$branchy \\$x\n", "main") == "\\$HOME \\$branchy \\$x\n\nARGUMENTS: main\n"
+    assert sub("\\$HOME \\$branchy \\$x\n", "main") == "\\$HOME \\$branchy \\$x\n\n\nARGUMENTS: main"
 
 
 def test_a_doubled_backslash_is_not_an_escape():
@@ -104,7 +104,7 @@ def test_an_index_is_a_zero_based_word_or_left_as_written():
 
 
 def test_a_missing_index_is_not_a_use():
-    assert sub("$2 and $ARGUMENTS[2]\n", "a b") == "$2 and $ARGUMENTS[2]\n\nARGUMENTS: a b\n"
+    assert sub("$2 and $ARGUMENTS[2]\n", "a b") == "$2 and $ARGUMENTS[2]\n\n\nARGUMENTS: a b"
 
 
 # --- 7. $ARGUMENTS is the raw string --------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def test_a_substituted_value_is_not_scanned_again():
 
 
 def test_unused_arguments_are_appended_after_a_blank_line():
-    assert sub("Body.\n", 'a "b c"') == 'Body.\n\nARGUMENTS: a "b c"\n'
+    assert sub("Body.\n", 'a "b c"') == 'Body.\n\n\nARGUMENTS: a "b c"'
 
 
 # --- 10. no arguments -----------------------------------------------------------------------------------------------

@@ -40,10 +40,13 @@ from skills_magic.skills.skill import Skill
 
 DEFAULT_MAX_TURNS = 20  # as the native loop: model calls per run
 INTERPRETERS = frozenset({"python", "python3", "bash", "sh", "node"})  # what may stand before a script's path
-# Claude Code's settings for a run: no inline `!` commands (they would bypass can_use_tool), no bundled skills,
-# no hooks, no auto memory, no telemetry
+# Claude Code's settings for a run: no inline `!` commands (they would bypass can_use_tool), no bundled skills or
+# built-in plugins, no hooks, no auto memory
+BUILTIN_PLUGINS = ("cc-plugin-agents-md@builtin", "cc-plugin-privacy@builtin", "cc-plugin-plugin-authoring@builtin")
 RUN_SETTINGS = {"disableSkillShellExecution": True, "disableBundledSkills": True, "disableAllHooks": True,
-                "autoMemoryEnabled": False, "includeCoAuthoredBy": False}
+                "autoMemoryEnabled": False, "includeCoAuthoredBy": False,
+                # the plugins Claude Code builds in bring a skill of their own, which a sub-agent's listing shows
+                "enabledPlugins": dict.fromkeys(BUILTIN_PLUGINS, False)}
 RUN_ENVIRONMENT = {"CLAUDE_CODE_DISABLE_BUNDLED_SKILLS": "1", "CLAUDE_CODE_DISABLE_CLAUDE_API_SKILL": "1",
                    "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1", "CLAUDE_CODE_DISABLE_CLAUDE_MDS": "1",
                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",

@@ -9,6 +9,7 @@ from typing import Any
 
 from skills_magic.runs.result import USAGE_KEYS, ToolCall, TraceEvent
 
+FORKED = "(forked execution)"  # how Claude Code's Skill result says a `context: fork` skill ran as a sub-agent
 ACTIVATION_START = "Base directory for this skill: "  # how Claude Code begins an activated skill's text
 STOP_REASONS = {"success": "end_turn", "error_max_turns": "max_turns", "error_max_budget_usd": "max_budget",
                 "error_during_execution": "error"}  # Claude Code's result subtypes in this project's words
@@ -164,6 +165,9 @@ class Stream:
             if shaped.get("type") == "tool_result":
                 called = self.calls.pop(shaped.get("tool_use_id"), {})
                 text = _text_of(shaped.get("content")) or str(shaped.get("content") or "")
+                if called.get("name") == "Skill" and FORKED in text:  # `context: fork`: Claude Code's sub-agent ran it
+                    self.result.trace.append(TraceEvent("fork", str((called.get("input") or {}).get("skill", "?")),
+                                                        bytes=_size(text), detail="run by Claude Code in a forked context; only its result returned"))
                 error = bool(shaped.get("is_error"))
                 call = ToolCall(str(shaped.get("tool_use_id")), str(called.get("name", "?")), called.get("input"),
                                 _size(text), error, text.splitlines()[0][:200] if error and text else None)

@@ -153,6 +153,8 @@ class _Substitution:
                 if value is not None:
                     if unsure:
                         raise InlineQuotingError(f"{match.group(0)} comes after {unsure}, where it cannot be quoted safely")
+                    if match.group("all") and context not in ("plain", "("):
+                        value = self.raw  # inside quotes `$ARGUMENTS` is the text as typed, as Claude Code pastes it
                     out.append(_shell_literal(value, context))
                     i = match.end()
                     continue

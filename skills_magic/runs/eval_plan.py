@@ -66,9 +66,12 @@ def run_variants(catalog_skills: list, client: ModelClient, model_id: str, items
     for (strategy, _folder), skills in zip(chosen, catalogs, strict=True):
         evals.check_options(strategy, runs)
         evals.check_expected(items, skills)
+    clients = [client, other_harness(client)] if compare == HARNESS else [client] * len(chosen)
+    if behaviour and any(capabilities(c).harness != "native" for c in clients):
+        raise InvalidArgument("--behaviour has a model judge each transcript through the Messages API: run it with the "
+                              "native harness, not claude-code")
     if on_progress is not None:
         on_progress(0, len(items) * runs)  # the run begins: a progress bar appears now, not before the checks
-    clients = [client, other_harness(client)] if compare == HARNESS else [client] * len(chosen)
     reports = []
     for number, ((strategy, folder), skills) in enumerate(zip(chosen, catalogs, strict=True)):
         client = clients[number]
