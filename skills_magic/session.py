@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from skills_magic.errors import InvalidArgument, NotASkillSource, SourceNotFound
+from skills_magic.errors import NotASkillSource, SourceNotFound
 from skills_magic.models import base, choice
 from skills_magic.paths import display_path, shown_path  # noqa: F401  (display_path re-exported: its home before the split)
 from skills_magic.records import ledger_check
@@ -36,9 +36,9 @@ from skills_magic.safety.working import pending
 from skills_magic.skills import to_prompt, writing
 from skills_magic.skills.catalog import Catalog, CatalogScan, Source, SourceStatus, default_sources, source_statuses
 from skills_magic.skills.lint import lint_path, lint_skill
-from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS, Listing, text_listing
+from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS, Listing, ListingCache
 from skills_magic.skills.skill import Diagnostic, Skill
-from skills_magic.skills.validate import Verdict, validate_folder, validate_path
+from skills_magic.skills.validate import Verdict, validate_target
 from skills_magic.skills.writing import WRITE_FOLDER
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class SkillsSession:
         self.last_run_seconds: float | None = None
         self.conversation = conversation.Conversation()  # what `%%skill run --continue` goes on with
         self.tools = pytools.ToolRegistry(audit=self._audit)  # the user's Python functions offered to the model
-        self._listings: dict[tuple[int | None, str | None], tuple[CatalogScan, Listing, str]] = {}
+        self._listings = ListingCache()  # the last listing per budget and source, until the catalog changes
 
     def scan(self) -> CatalogScan:
         return self.catalog.scan()
@@ -96,16 +96,7 @@ class SkillsSession:
 
     def listing(self, budget: int | None = None, source: str | None = None) -> tuple[CatalogScan, Listing, str]:
         """The text listing under `budget` characters (None: the session's budget; 0: everything)."""
-        if budget is not None and budget < 0:
-            raise InvalidArgument(f"a budget is a number of characters, not {budget}")
-        scan = self.scan()
-        budget = self.budget if budget is None else budget
-        cached = self._listings.get((budget, source))
-        if cached is not None and cached[0] is scan:  # nothing changed on disk: the same listing
-            return cached
-        listing, text = text_listing([s for s in scan.skills if source is None or s.source == source], budget)
-        self._listings[(budget, source)] = (scan, listing, text)
-        return scan, listing, text
+        return self._listings.get(self.scan(), self.budget if budget is None else budget, source)
 
     def sources(self) -> list[SourceStatus]:
         return source_statuses(self.catalog.sources, self.scan())
@@ -116,16 +107,7 @@ class SkillsSession:
 
     def validate(self, target: str | None = None) -> list[Verdict]:
         """Strict verdicts: for a catalog name, a path, or (no target) every skill in the catalog."""
-        scan = self.scan()
-        if target is None:
-            return [validate_folder(f) for f in [s.folder for s in scan.skills] + [os.path.dirname(r.path) for r in scan.skipped]]
-        folder = scan.folder_of(target)  # a listed skill's, or a skipped one's (its verdict says why)
-        if folder is not None:
-            return [validate_folder(folder)]
-        path = os.path.join(self.cwd, os.path.expanduser(target))
-        if not os.path.exists(path):
-            raise scan.not_found(target, self.show_path)
-        return validate_path(path)
+        return validate_target(self.scan(), target, self.cwd, self.show_path)
 
     def write_skill(self, target: str, text: str, folder: str | None = None, overwrite: bool = True) -> writing.WrittenFile:
         """`%%skill write NAME[/scripts/FILE]`: the file written, the whole skill validated, its folder a source."""

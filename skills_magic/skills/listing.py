@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from skills_magic.skills.skill import Skill
 
@@ -296,3 +297,22 @@ def xml_listing(skills: Sequence[Skill], budget: int | None = None, location: Lo
     raw descriptions (as `skills-magic to-prompt` asks) it is byte-identical to skills-ref's `to_prompt`."""
     listing = plan_listing(skills, budget, xml_format(location, name), describe)
     return listing, render_xml(listing, location, name)
+
+
+class ListingCache:
+    """The text listing of a scan per (budget, source), made again only when the scan changed (a new scan object)."""
+
+    def __init__(self):
+        self._made: dict[tuple[int | None, str | None], tuple[Any, Listing, str]] = {}
+
+    def get(self, scan, budget: int | None, source: str | None = None) -> tuple[Any, Listing, str]:
+        if budget is not None and budget < 0:
+            from skills_magic.errors import InvalidArgument
+
+            raise InvalidArgument(f"a budget is a number of characters, not {budget}")
+        cached = self._made.get((budget, source))
+        if cached is not None and cached[0] is scan:  # nothing changed on disk: the same listing
+            return cached
+        listing, text = text_listing([s for s in scan.skills if source is None or s.source == source], budget)
+        self._made[(budget, source)] = (scan, listing, text)
+        return scan, listing, text

@@ -297,3 +297,17 @@ __all__ = [
     "validate_folder",
     "validate_path",
 ]
+
+
+def validate_target(scan, target: str | None, cwd: str, show_path) -> list[Verdict]:
+    """Strict verdicts for `%skills validate`: a catalog name, a path (relative to `cwd`), or (no target) every
+    skill in the scan, skipped ones included; an unknown target raises the scan's not-found error."""
+    if target is None:
+        return [validate_folder(f) for f in [s.folder for s in scan.skills] + [os.path.dirname(r.path) for r in scan.skipped]]
+    folder = scan.folder_of(target)  # a listed skill's, or a skipped one's (its verdict says why)
+    if folder is not None:
+        return [validate_folder(folder)]
+    path = os.path.join(cwd, os.path.expanduser(target))
+    if not os.path.exists(path):
+        raise scan.not_found(target, show_path)
+    return validate_path(path)

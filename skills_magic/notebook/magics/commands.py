@@ -58,8 +58,14 @@ def subcommand(name: str):
 
 
 def subcommands(cls: type) -> list[Callable]:
-    """The methods a class marks as subcommands, in the order they are defined (the order usage lists them)."""
-    return [member for member in vars(cls).values() if hasattr(member, "subcommand")]
+    """The methods a class marks as subcommands, in the order they are defined (the order usage lists them): its
+    own first, then those of the mixins it inherits (one per subject: `magics.runlog`, ...), in MRO order."""
+    found: dict[str, Callable] = {}
+    for klass in cls.__mro__:
+        for member in vars(klass).values():
+            if hasattr(member, "subcommand"):
+                found.setdefault(member.subcommand, member)
+    return list(found.values())
 
 
 def add_arguments(parser: MagicParser, method: Callable) -> MagicParser:

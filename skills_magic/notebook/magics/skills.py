@@ -13,6 +13,9 @@ from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument
 
 from skills_magic.models.base import capabilities
+from skills_magic.notebook.magics.costs import CostCommands
+from skills_magic.notebook.magics.improve import ImproveCommands
+from skills_magic.notebook.magics.runlog import RunLogCommands
 from skills_magic.notebook.magics.base import SessionMagics
 from skills_magic.notebook.magics.commands import command_parser, help_text, positive, subcommand, subcommands, user_errors, words
 from skills_magic.notebook.views.base import JSONResult
@@ -50,7 +53,7 @@ SAVE = argument("--save", action="store_true", help="also keep it in your config
 
 
 @magics_class
-class SkillsCommandMagics(SessionMagics):
+class SkillsCommandMagics(SessionMagics, RunLogCommands, CostCommands, ImproveCommands):
     """`%skills`: list, show, validate and add Agent Skills."""
 
     # --- the catalog --------------------------------------------------------------------------------------------
