@@ -16,6 +16,8 @@
                                           trust these exact bytes, or forget them (exit 2: no such file)
   skills-magic apply RUN [PATH...]        copy what a sandboxed run wrote in this folder (copy-on-write until
                                           now) into it (exit 0 all applied, 1 something refused, 2 no such run)
+  skills-magic logs [--json] [--skill S] [--since DATE] [--limit N] [--kind K]
+                                          the run log: runs, votes, eval runs and batch requests, newest first
 """
 
 from __future__ import annotations
@@ -84,6 +86,13 @@ def _parser() -> argparse.ArgumentParser:
     apply = sub.add_parser("apply", help="apply what a sandboxed run wrote in this folder (its run id: run-ab12cd34)")
     apply.add_argument("run", help="the run's id, the name of its folder in .skills/runs/")
     apply.add_argument("files", nargs="*", help="only these changed files (or folders), relative to this folder")
+    logs = sub.add_parser("logs", help="the run log: every run, vote, eval run and batch request, newest first",
+                          epilog="exit codes: 0 listed, 2 the database could not be read (or a usage error)")
+    logs.add_argument("--json", action="store_true", help="the rows as JSON (every column but the bodies)")
+    logs.add_argument("--skill")
+    logs.add_argument("--since", metavar="DATE", help="rows at or after this date (UTC), e.g. 2026-12-01")
+    logs.add_argument("--limit", type=int, help="the newest N rows (default 50; 0: all)")
+    logs.add_argument("--kind", choices=["run", "vote", "eval", "batch"])
     return parser
 
 
@@ -237,8 +246,21 @@ def _apply(args) -> int:
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
+def _logs(args) -> int:
+    from skills_magic.notebook.views.runlog import DEFAULT_LIMIT, RunLogView
+
+    limit = DEFAULT_LIMIT if args.limit is None else args.limit or None
+    try:
+        rows = _session().runs.rows(kind=args.kind, skill=args.skill, since=args.since, limit=limit)
+    except SkillsMagicError as error:  # an unreadable database, a --since that is no date
+        print(f"skills-magic: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(rows, indent=1, ensure_ascii=False) if args.json else RunLogView(rows).text())
+    return EXIT_OK
+
+
 COMMANDS = {"lint": _lint, "validate": _validate, "to-prompt": _to_prompt, "list": _list, "ledger": _ledger,
-            "run-notebook": _run_notebook, "trust": _trust, "apply": _apply}
+            "run-notebook": _run_notebook, "trust": _trust, "apply": _apply, "logs": _logs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 from skills_magic.errors import NotASkillSource, SourceNotFound
 from skills_magic.models import base, choice
 from skills_magic.paths import display_path, shown_path  # noqa: F401  (display_path re-exported: its home before the split)
-from skills_magic.records import ledger_check
+from skills_magic.records import ledger_check, runlog
 from skills_magic.records.audit import AuditLog
 from skills_magic.records.db import Database, resolve_path
 from skills_magic.records.ledger import Ledger, NoPlan, plan_name
-from skills_magic.runs import conversation, eval_plan, evals, experiment, fields, notebooks, pytools, script_tool, voting
+from skills_magic.runs import (conversation, eval_plan, eval_saved, evals, experiment, fields, improve, logged, notebooks,
+                               pytools, script_tool, voting)
 from skills_magic.runs import inputs as kernel_inputs
 from skills_magic.runs import verify as v  # the constants a verification's options default to
 from skills_magic.runs.experiment import LEDGER_METADATA_KEY, LEDGER_OUTPUT_CHARS  # noqa: F401  (re-exported)
@@ -154,6 +155,10 @@ class SkillsSession:
     def audit(self, everything: bool = False) -> list[dict[str, Any]]:
         return AuditLog(self.database, self.session_id).rows(everything)
 
+    @functools.cached_property
+    def runs(self) -> runlog.RunLog:  # the run log; `session.runs.enabled = False` stops this session's logging
+        return runlog.RunLog(self.database, self.session_id)
+
     @property
     def ledger(self):
         return Ledger(self.database, self.session_id)
@@ -179,15 +184,16 @@ class SkillsSession:
     def run(self, task: str, skill: str | None = None, arguments: str | Sequence[str] = "", *, model: str | None = None,
             max_turns: int | None = None, record: str | None = None, replay: str | None = None, harness: str | None = None,
             on_text: Callable[[str], None] | None = None, on_event: Callable[[str, Any], None] | None = None,
-            asker=None, inputs: Mapping[str, Any] | None = None, continue_conversation: bool = False) -> RunResult:
+            asker=None, inputs: Mapping[str, Any] | None = None, continue_conversation: bool = False,
+            max_cost: float | None = None) -> RunResult:
         """Run a task through the agent loop; with `skill`, that skill is activated explicitly; `inputs`: kernel
         objects handed to the run by name (`--with`); `harness`: whose loop (native, claude-code), else the model's."""
         from skills_magic.runs.claude_code import DEFAULT_MAX_TURNS, loop_for
 
         chosen = self.skill(skill) if skill is not None else None
         start = self.conversation.start(continue_conversation)  # NothingToContinue before anything is spent
-        client = start.client(replay and self._path(replay), record and os.path.join(self.cwd, record),
-                              choice.for_harness(harness, self.client))
+        client = logged.Capture(start.client(replay and self._path(replay), record and os.path.join(self.cwd, record),
+                                             choice.for_harness(harness, self.client)))  # its exchanges: for the run log
         Agent = loop_for(client)  # noqa: N806 -- the native loop's class, or Claude Code's with the same arguments
         placeholders = base.capabilities(client).placeholders
         task, inputs_folder, written = kernel_inputs.prepare(task, inputs or {}, self.cwd)
@@ -197,7 +203,8 @@ class SkillsSession:
                       show_path=self.show_path, session_id=self.session_id, budget=self.budget,
                       max_turns=max_turns or DEFAULT_MAX_TURNS, run_script=tool.run_script,
                       expand_inline=tool.expand_inline, ledger=self._ledger_tool(chosen), python_tools=self.tools,
-                      files=fields.run_files(written, arguments, self.cwd), model_fixed=model is not None)
+                      files=fields.run_files(written, arguments, self.cwd), model_fixed=model is not None,
+                      max_cost=max_cost)  # the run's cap in dollars (runs.budget), else SKILLS_MAGIC_MAX_COST
         started = time.perf_counter()
         try:
             result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event,
@@ -207,6 +214,7 @@ class SkillsSession:
         self.last_run = tool.kept_in(result)
         self.last_run.inputs, self.last_run.seconds = written, self.last_run_seconds
         self.conversation.advance(start, self.last_run, agent.activated, client)
+        logged.record_run(self.runs, self.last_run, client)
         return self.last_run
 
     def run_script(self, skill: str, script: str, stdin: str = "", arguments: Sequence[str] = (),
@@ -223,7 +231,8 @@ class SkillsSession:
 
     def verify(self, claims, *, votes: int | None = None, refutations: int | None = None, concurrency: int | None = None,
                model: str | None = None, voters: Sequence[str] = (), timeout: float | None = None,
-               max_claims: int | None = None, ledger_plan: str | None = None, on_vote=None, on_ready=None):
+               max_claims: int | None = None, ledger_plan: str | None = None, on_vote=None, on_ready=None,
+               max_cost: float | None = None, on_estimate=None):
         """Verify claims by adversarial votes, concurrently in a worker thread's event loop; `voters` as
         `voting.seats` takes them. KeyboardInterrupt cancels the run and keeps the votes already in."""
         if ledger_plan:
@@ -234,7 +243,8 @@ class SkillsSession:
         chosen = voting.seats(voters, n_votes, model_seat, self.skill, self.gate())
         options = {"votes_per_claim": n_votes, "refutations_required": refutations or v.REFUTATIONS_REQUIRED,
                    "concurrency": concurrency or v.CONCURRENCY, "timeout": timeout or v.VOTE_TIMEOUT_SECONDS,
-                   "max_claims": max_claims or v.MAX_CLAIMS, "on_vote": on_vote}
+                   "max_claims": max_claims or v.MAX_CLAIMS, "on_vote": on_vote, "run_log": self.runs}
+        options["budget"] = voting.budgeted(claims, chosen, options, max_cost, on_estimate)  # its estimate: shown first
         if on_ready is not None:
             on_ready()  # the voters are known: the run really starts now
         result = voting.run_in_loop_thread(lambda: v.verify(claims, chosen, **options))
@@ -242,20 +252,29 @@ class SkillsSession:
             voting.record_outcomes(self.ledger, self.use_plan(ledger_plan), result, n_votes)
         return result
 
+    def improve(self, name: str, path: str, **options):
+        """`%skills improve NAME PROMPTS`: description variants, chosen on a training split, judged on the held-out one."""
+        return improve.improve(self.scan().skills, self.client(), self.resolve_model_id(self.client()), name,
+                               evals.load_prompt_set(self._path(path)), show_path=self.show_path, **options)
+
     def eval(self, path: str, *, runs: int | None = None, model: str | None = None, strategy: str = "plain",
              compare: str | None = None, behaviour: bool = False, batch: bool = False, resume: str | None = None,
-             on_progress=None, harness: str | None = None):
+             on_progress=None, harness: str | None = None, save: str | None = None, against: str | None = None,
+             max_cost: float | None = None, on_estimate=None):
         """Activation evals over a prompt set: a report, or two side by side (`compare`: a strategy, a folder, or
         `harness`: the other harness); `harness`: whose loop the runs go through."""
         resume = eval_plan.resume_ids(batch, resume)
         items = evals.load_prompt_set(self._path(path))
+        saved = eval_saved.baseline(self.runs, against, items, compare=compare, save=save)  # `--against`: before any call
         client = choice.for_harness(harness, self.client)()
         eval_plan.check_batch_client(client, batch)
         model_id = self.resolve_model_id(client, model, None)
-        return eval_plan.run_variants(list(self.scan().skills), client, model_id, items,
-                                      eval_plan.variants(strategy, compare, self._path), runs=runs or evals.DEFAULT_RUNS,
-                                      compare=compare, behaviour=behaviour, batch=batch, resume=resume,
-                                      show_path=self.show_path, on_progress=on_progress)
+        reports = eval_plan.run_variants(list(self.scan().skills), client, model_id, items,
+                                         eval_plan.variants(strategy, compare, self._path), runs=runs or evals.DEFAULT_RUNS,
+                                         compare=compare, behaviour=behaviour, batch=batch, resume=resume,
+                                         show_path=self.show_path, on_progress=on_progress, run_log=self.runs,
+                                         max_cost=max_cost, on_estimate=on_estimate, asker=self.asker)
+        return eval_saved.keep(self.runs, save, saved, reports, model=model_id, harness=harness)  # `--save`: stored
 
     def gate(self):
         return Gate(self.policy, self.manifest, self._audit, scratch_root=os.path.join(self.cwd, RUNS_FOLDER),

@@ -28,6 +28,11 @@ def test_ledger_benchmark_reports_appends_and_list():
     assert "appends/s" in out and "baseline" in out and "list over 4,000 entries" in out
 
 
+def test_run_log_benchmark_reports_listings_against_a_bare_select():
+    out = bench("bench_runlog.py", "--rows", "2000", "--repeat", "1")
+    assert "the newest 50 of 2,000 rows" in out and out.count("baseline") == 2 and "skill " in out
+
+
 def test_verify_benchmark_compares_concurrency_against_one():
     out = bench("bench_verify.py", "--claims", "4", "--latency", "0.02", "--concurrency", "4")
     assert "concurrency  4:" in out and "concurrency  1:" in out and "faster than concurrency 1" in out

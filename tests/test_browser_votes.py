@@ -66,9 +66,16 @@ VOTES = [
 ]
 STATUS = {"upheld": "upheld", "refuted": "refuted", "text": "abstained", "invalid": "abstained"}
 OUTCOMES = {1: "confirmed", 2: "refuted", 3: "unverified", 4: "confirmed"}
+from skills_magic.models.anthropic import DEFAULT_MODEL  # noqa: E402
+from skills_magic.models.prices import cost_of  # noqa: E402
+from skills_magic.runs.budget import dollars  # noqa: E402
+
 USAGE = {"input_tokens": 412, "output_tokens": 57}  # per vote, as a real API would report it
+# issue 17: the summary ends with what the votes cost at the price table (the scripted model asks for the default id)
+SPENT = cost_of(DEFAULT_MODEL, {"input_tokens": 12 * USAGE["input_tokens"], "output_tokens": 12 * USAGE["output_tokens"]})
 SUMMARY = ("2 confirmed, 1 refuted, 1 unverified of 4 claims; "
-           f"12 agent calls, {12 * USAGE['input_tokens']:,} input / {12 * USAGE['output_tokens']:,} output tokens")
+           f"12 agent calls, {12 * USAGE['input_tokens']:,} input / {12 * USAGE['output_tokens']:,} output tokens, "
+           f"cost {dollars(SPENT)}")
 TEXT_ANSWER = "This sounds plausible, but I would rather not commit to a verdict."
 ABSTAIN_REASON = {"text": "answered in text instead of the verdict tool",
                   "invalid": "invalid verdict: confidence Input should be 'high', 'medium' or 'low'"}

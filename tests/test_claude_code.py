@@ -243,3 +243,16 @@ def test_a_skill_with_a_link_leaving_it_is_not_given_to_claude_code(project, mon
         result = session_at(project, server).run("Read the linked reference.")
     assert "linky" not in listing_entries(log[0]) and "linky not given to Claude Code" in result.note
     assert "PRIVATE-KEY-MARKER" not in "\n".join(sent_texts(log[-1]))
+
+
+def test_a_cap_becomes_claude_codes_max_budget_and_its_stop_is_said(project, monkeypatch):
+    """Claude Code keeps a cap itself (`max_budget_usd`, checked after each call): a run over it stops as max_cost."""
+    script = [tool_message("Skill", {"skill": "csv-peek"}, usage=usage(400_000, 1000)),
+              tool_message("Skill", {"skill": "inline-cmd"}, usage=usage(400_000, 1000)),
+              message([text_block("never reached")])]
+    log: list = []
+    with FakeAnthropicServer(loop_replies(script, log)) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        result = session_at(project, server).run("Peek.", max_cost=0.5)
+    assert result.stop_reason == "max_cost" and "max_budget_usd" in result.note
+    assert len(log) < len(script)  # it stopped before the loop ran out

@@ -255,11 +255,16 @@ def hand_report() -> EvalReport:
     return EvalReport("hand", list(ITEMS), list(RECORDS), runs=2)
 
 
+def without_intervals(row: dict) -> dict:
+    """A per-skill row's counts and rates (each rate also carries its Wilson interval, pinned in test_eval_stats)."""
+    return {k: v for k, v in row.items() if not k.endswith("_interval")}
+
+
 def test_activation_per_category_counts_a_run_that_activated_any_expected_skill():
     report = hand_report()
 
     assert report.activation_rate("direct") == 2 / 4
-    assert report.activation_rate("paraphrase") == 1 / 2
+    assert report.activation_rate("paraphrase") == 1 / 1  # p1's errored run is counted apart, never as a miss
     assert report.activation_rate("negative") is None  # no positive item in that category
 
 
@@ -267,7 +272,7 @@ def test_false_positives_count_only_expect_none_items_and_wrong_skills_only_posi
     report = hand_report()
 
     assert report.false_positive_rate() == 1 / 2  # n1 run 1; the wrong skills on d2 and p1 are not false positives
-    assert report.wrong_skill_rate() == 2 / 6  # d2 run 2 (gamma) and p1 run 1 (alpha); n1 is not counted here
+    assert report.wrong_skill_rate() == 2 / 5  # d2 run 2 (gamma) and p1 run 1 (alpha); n1 and the errored run not
 
 
 def test_precision_and_recall_per_skill():
@@ -275,11 +280,13 @@ def test_precision_and_recall_per_skill():
 
     assert list(table) == ["alpha", "beta", "gamma"]
     # alpha: wanted in d1 x2 and d2 x2; hit in d1 r1 (tp), missed d1 r2, d2 r1, d2 r2 (fn); activated on p1 r1, n1 r1 (fp)
-    assert table["alpha"] == {"tp": 1, "fp": 2, "fn": 3, "precision": 1 / 3, "recall": 1 / 4}
-    # beta: wanted in d2 x2 and p1 x2; hit d2 r1 and p1 r1
-    assert table["beta"] == {"tp": 2, "fp": 0, "fn": 2, "precision": 1.0, "recall": 0.5}
+    assert without_intervals(table["alpha"]) == {"tp": 1, "fp": 2, "fn": 3, "precision": 1 / 3, "recall": 1 / 4}
+    # beta: wanted in d2 x2 and p1 x1 (p1's other run errored); hit d2 r1 and p1 r1
+    assert without_intervals(table["beta"]) == {"tp": 2, "fp": 0, "fn": 1, "precision": 1.0, "recall": 2 / 3}
     # gamma: never wanted, activated once: no recall to speak of
-    assert table["gamma"] == {"tp": 0, "fp": 1, "fn": 0, "precision": 0.0, "recall": None}
+    assert table["gamma"]["recall"] is None and table["gamma"]["recall_interval"] is None
+    assert (table["gamma"]["tp"], table["gamma"]["fp"], table["gamma"]["precision"]) == (0, 1, 0.0)
+    assert table["beta"]["recall_interval"] == pytest.approx([0.2076, 0.9385], abs=1e-4)  # Wilson, 2 of 3
 
 
 def test_per_prompt_counts_and_totals():
@@ -287,10 +294,12 @@ def test_per_prompt_counts_and_totals():
 
     rows = {row["id"]: row for row in report.per_prompt()}
     assert list(rows) == ["d1", "d2", "p1", "n1"]
-    assert rows["d1"] == {"id": "d1", "category": "direct", "expected": ["alpha"], "runs": 2, "activated": {"alpha": 1},
-                          "errors": 0}
+    assert rows["d1"] == {"id": "d1", "category": "direct", "expected": ["alpha"], "expect_none": False, "runs": 2,
+                          "activated": {"alpha": 1}, "errors": 0, "rate": 0.5}
     assert rows["d2"]["activated"] == {"beta": 1, "gamma": 1}
-    assert rows["p1"]["activated"] == {"beta": 1, "alpha": 1} and rows["p1"]["errors"] == 1
+    # issue 17: an errored run is counted apart: p1 has one counted run (a hit) and one errored
+    assert rows["p1"]["activated"] == {"beta": 1, "alpha": 1} and rows["p1"]["errors"] == 1 and rows["p1"]["runs"] == 1
+    assert rows["p1"]["rate"] == 1.0 and rows["n1"]["rate"] == 0.5  # a negative's rate: its false positives
     assert rows["n1"]["expected"] == [] and rows["n1"]["category"] == "negative"
     assert report.totals() == {"runs": 8, "calls": 14, "input_tokens": 700, "output_tokens": 70}
 
@@ -302,13 +311,17 @@ def test_the_per_prompt_table_shows_k_of_n_and_the_summary_holds_every_metric():
     rows = [line.split(None, 3) for line in view.text().splitlines()[-4:]]
     assert [r[0] for r in rows] == ["d1", "d2", "p1", "n1"]
     assert rows[0][3].split()[-2:] == ["alpha", "1/2"]
-    assert rows[1][3].endswith("beta 1/2, gamma 1/2") and rows[2][3].endswith("alpha 1/2, beta 1/2")
+    assert rows[1][3].endswith("beta 1/2, gamma 1/2") and rows[2][3].endswith("alpha 1/1, beta 1/1 (1 errored)")
     assert rows[3][2:] == ["(none)", "alpha 1/2"]
     silent = EvalView([EvalReport("quiet", [ITEMS[3]], [RunRecord("n1", 1, []), RunRecord("n1", 2, [])], runs=2)])
     assert silent.text().splitlines()[-1].split() == ["n1", "negative", "(none)", "none", "0/2"]
     summary = report.summary()
-    assert summary["activation"] == {"direct": 0.5, "paraphrase": 0.5}
-    assert summary["false_positive_rate"] == 0.5 and summary["wrong_skill_rate"] == 2 / 6
+    assert summary["activation"] == {"direct": 0.5, "paraphrase": 1.0}
+    assert summary["false_positive_rate"] == 0.5 and summary["wrong_skill_rate"] == 2 / 5
+    assert summary["counts"]["paraphrase"] == {"hits": 1, "runs": 1} and summary["counts"]["overall"] == {"hits": 4, "runs": 7}
+    assert summary["errored"] == {"total": 1, "direct": 0, "paraphrase": 1, "negative": 0}
+    assert summary["intervals"]["negative"] == pytest.approx([0.0945, 0.9055], abs=1e-4)  # Wilson, 1 of 2
+    assert summary["spread"]["direct"] == {"prompts": 2, "min": 0.5, "max": 0.5, "sd": 0.0}  # d1 and d2: 1 of 2 each
     assert summary["per_prompt"] == report.per_prompt() and summary["per_skill"] == report.per_skill()
     assert summary["totals"] == report.totals() and summary["batch_ids"] == [] and summary["behaviour"] == {}
     json.dumps(summary)  # plain data
@@ -322,7 +335,8 @@ def test_empty_denominators_are_none_never_zero():
     assert negatives_only.activation_rate("direct") is None and negatives_only.wrong_skill_rate() is None
     assert negatives_only.false_positive_rate() == 0.0 and negatives_only.per_skill() == {}
     assert positives_only.false_positive_rate() is None and positives_only.activation_rate("direct") == 0.0
-    assert positives_only.per_skill() == {"alpha": {"tp": 0, "fp": 0, "fn": 1, "precision": None, "recall": 0.0}}
+    assert without_intervals(positives_only.per_skill()["alpha"]) == {"tp": 0, "fp": 0, "fn": 1, "precision": None,
+                                                                      "recall": 0.0}
     for category in ("direct", "paraphrase"):
         assert nothing_run.activation_rate(category) is None
     assert nothing_run.false_positive_rate() is None and nothing_run.wrong_skill_rate() is None
@@ -736,15 +750,18 @@ def test_the_full_report_of_the_notebooks_prompt_set(ip, magics):
     assert isinstance(view, EvalView)
     text = view.text()
     lines = text.splitlines()
-    assert lines[0] == ("plain: activation direct 100%, paraphrase 20%; false positives 0%; wrong skill 0%; "
-                        "30 runs, 42 calls, 0 input / 0 output tokens")
-    skill_table = lines[2:8]
+    assert lines[0].startswith("plain: activation direct 100% (95% CI 72-100%), paraphrase 20% (6-51%); false positives 0% "
+                               "(0-28%); wrong skill 0% (0-16%); 30 runs, 42 calls, 0 input / 0 output tokens")
+    assert lines[1] == ("plain: per-prompt rates over 2 runs each: activation, direct 100% on every prompt; "
+                        "activation, paraphrase 0% to 100% (sd 45 points); false positives 0% on every prompt")
+    assert lines[2] == ""
+    skill_table = lines[3:9]
     assert skill_table[0].split() == ["skill", "precision", "(plain)", "recall", "(plain)", "lint"]
     assert [row.split()[0] for row in skill_table[1:]] == ["claim-verification", "csv-profile", "lab-notebook-entry",
                                                            "scientific-method", "source-verification"]
     assert all(row.split()[-1] == "clean" for row in skill_table[1:])  # the sample skills lint clean
-    assert "csv-profile          100%               50%             clean" in text
-    prompt_table = lines[9:]
+    assert "csv-profile          100% (34-100%)     50% (15-85%)    clean" in text  # each rate with its interval
+    prompt_table = lines[10:]
     assert prompt_table[0].split() == ["id", "category", "expected", "activated", "(plain)"]
     assert [row.split()[0] for row in prompt_table[1:]] == [f"{c}{n}" for c in "DPN" for n in range(1, 6)]
     assert prompt_table[1].split() == ["D1", "direct", "csv-profile", "csv-profile", "2/2"]
@@ -760,7 +777,8 @@ def test_the_full_report_of_the_notebooks_prompt_set(ip, magics):
     assert report["activation"] == {"direct": 1.0, "paraphrase": 0.2}
     assert report["false_positive_rate"] == 0.0 and report["wrong_skill_rate"] == 0.0
     assert report["totals"] == {"runs": 30, "calls": 42, "input_tokens": 0, "output_tokens": 0}
-    assert report["per_skill"]["csv-profile"] == {"tp": 2, "fp": 0, "fn": 2, "precision": 1.0, "recall": 0.5}
+    assert without_intervals(report["per_skill"]["csv-profile"]) == {"tp": 2, "fp": 0, "fn": 2, "precision": 1.0, "recall": 0.5}
+    assert report["per_skill"]["csv-profile"]["recall_interval"] == pytest.approx([0.1500, 0.8500], abs=1e-4)
     assert [row["id"] for row in report["per_prompt"]] == [row.split()[0] for row in prompt_table[1:]]
     assert report["per_prompt"][0]["activated"] == {"csv-profile": 2} and report["per_prompt"][0]["runs"] == 2
     assert data["lint"] == {name: [] for name in ["claim-verification", "csv-profile", "lab-notebook-entry",
@@ -769,7 +787,9 @@ def test_the_full_report_of_the_notebooks_prompt_set(ip, magics):
 
     html = bundle["text/html"]
     assert html.count("<svg") == 1
-    assert bars(chart_of(html)) == ["plain: 100%", "plain: 20%", "plain: 0%"]  # one bar per category
+    assert bars(chart_of(html)) == ["plain: 100% (95% CI 72-100%)", "plain: 20% (95% CI 6-51%)",
+                                    "plain: 0% (95% CI 0-28%)"]  # one bar per category, with its interval
+    assert len(list(chart_of(html).iter(f"{SVG}path"))) == 3  # an error bar on each
     # issue 15: cells carry an inline left-alignment style, so the cell is matched up to its closing tag
     assert "<table>" in html and ">D1</td>" in html and "<td style=" in html and "activation direct 100%" in html
 
@@ -781,12 +801,19 @@ def test_compare_forced_gives_two_reports_side_by_side(ip, magics):
     assert (plain.label, forced.label) == ("plain", "forced")
     assert forced.activation_rate("paraphrase") > plain.activation_rate("paraphrase")
     lines = view.text().splitlines()
-    assert lines[0].startswith("plain: activation direct 100%, paraphrase 20%")
-    assert lines[1].startswith("forced: activation direct 100%, paraphrase ")
+    assert lines[0].startswith("plain: activation direct 100% (95% CI 57-100%), paraphrase 20% (4-62%)")
+    assert lines[1].startswith("forced: activation direct 100% (95% CI 57-100%), paraphrase ")
     # issue 16: where the two differ is said, prompt by prompt
     assert lines[2].startswith("activation differs between plain and forced on ") and set(view.differences()) <= {
         "P1", "P2", "P3", "P4", "P5", "N1", "N2", "N3", "N4", "N5"} and view.differences()
-    assert "precision (plain)" in lines[4] and "precision (forced)" in lines[4] and lines[4].endswith("lint")
+    # issue 17: per category and overall, the difference with its interval and the exact test, in plain words
+    assert [line.split(":")[0] for line in lines[3:7]] == ["activation, direct", "activation, paraphrase", "false positives",
+                                                           "overall (runs that did the right thing)"]
+    assert lines[3] == ("activation, direct: forced 100% vs plain 100%, +0 points (95% CI -43 to +43), p = 1.00 "
+                        "(Fisher's exact test): no evidence of a difference")
+    assert set(view.comparison()) == {"direct", "paraphrase", "negative", "overall"}
+    assert view.data()["comparison"]["direct"]["p_value"] == 1.0
+    assert lines[7] == "" and "precision (plain)" in lines[8] and "precision (forced)" in lines[8] and lines[8].endswith("lint")
     assert "activated (plain)" in view.text() and "activated (forced)" in view.text() and "compared" in view.text()
     titles = bars(chart_of(view.html()))
     assert len(titles) == 6  # three categories, two reports
@@ -804,7 +831,7 @@ def test_compare_a_folder_runs_its_version_of_a_skill_in_place_of_the_catalogs(i
     catalog, other = view.reports
     assert (catalog.label, other.label) == ("catalog", "v2")
     assert catalog.per_skill()["csv-profile"]["recall"] == 0.5 and other.per_skill()["csv-profile"]["recall"] == 1.0
-    assert view.text().splitlines()[1].startswith("v2: activation direct 100%, paraphrase 40%")
+    assert view.text().splitlines()[1].startswith("v2: activation direct 100% (95% CI 57-100%), paraphrase 40% (12-77%)")
     assert [t.split(":")[0] for t in bars(chart_of(view.html()))] == ["catalog", "v2"] * 3
     compared = [r for r in magics.session.model_client.requests if "Profiles a CSV, TSV or spreadsheet export" in
                 r["system"][0]["text"]]
@@ -828,7 +855,8 @@ def test_an_awkward_label_still_makes_a_valid_svg(tmp_path):
 
     root = ET.fromstring(activation_chart_svg([report]))
 
-    assert bars(root) == ["<v2> & 'friends': 50%", "<v2> & 'friends': 50%", "<v2> & 'friends': 50%"]
+    assert bars(root) == ["<v2> & 'friends': 50% (95% CI 15-85%)", "<v2> & 'friends': 100% (95% CI 21-100%)",
+                          "<v2> & 'friends': 50% (95% CI 9-91%)"]
 
 
 class Shown(list):

@@ -28,6 +28,7 @@ class ModelClient(Protocol):
     placeholders: dict[str, str] | None = None  # a cassette's: values written as placeholders (the session id, run ids)
     recorded_model: str | None = None  # a cassette's: the model id its exchanges were recorded with
     harness: str = "native"  # whose agent loop runs: this project's ("native") or Claude Code's ("claude-code")
+    billed: bool = True  # its calls cost money (a scripted model's and a cassette's do not): large evals ask first
 
     def create(self, request: Request, on_text: TextCallback | None = None) -> Response: ...
 
@@ -47,6 +48,7 @@ class Capabilities:
     placeholders: dict[str, str] | None = None
     recorded_model: str | None = None
     harness: str = "native"
+    billed: bool = True
 
 
 def capabilities(client: ModelClient) -> Capabilities:

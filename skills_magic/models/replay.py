@@ -138,6 +138,7 @@ class ReplayModel(_Placeholders):
     """Serves a cassette's responses in order, for requests equal to the recorded ones."""
 
     name = "replay"
+    billed = False  # answers from the cassette: nothing is spent
 
     def __init__(self, path: str | os.PathLike, start: int = 0):
         """With `start`, the first `start` exchanges were served to earlier cells of the same conversation

@@ -90,6 +90,7 @@ class ScriptedModel:
     """Answers each call with the next declared turn; keeps every request it was sent (`requests`)."""
 
     name = "scripted"
+    billed = False  # answers from a file or a function: nothing is spent
 
     def __init__(self, turns: Sequence[Turn] = (), model: str = "scripted", source: str | None = None,
                  responder: Callable[[Request], Any] | None = None):
@@ -179,12 +180,39 @@ def _words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 2}
 
 
+PROPOSE_TOOL = "propose_descriptions"  # runs.improve's request for description variants
+
+
+def _propose(request: Request) -> dict[str, Any]:
+    """Description variants as the keyword router can write them: the current description, then the words the
+    prompts that should trigger the skill share and the others lack, more of them in each variant (deterministic)."""
+    text = " ".join(m["content"] for m in request.get("messages") or [] if isinstance(m.get("content"), str))
+    current = next((line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Current description: ")), "")
+    counts: dict[str, int] = {}
+    avoid: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("- should trigger: "):
+            for word in _words(line.split(": ", 1)[1]):
+                counts[word] = counts.get(word, 0) + 1
+        elif line.startswith("- should not trigger: "):
+            avoid |= _words(line.split(": ", 1)[1])
+    ranked = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if w not in avoid and w not in _words(current)]
+    wanted = int(re.search(r"Write (\d+)", " ".join(str(b) for b in [request.get("system", "")])).group(1)) if re.search(
+        r"Write (\d+)", str(request.get("system", ""))) else 3
+    variants = [f"{current.rstrip('.')}. Use when the request mentions {', '.join(ranked[:2 + 2 * k])}."
+                for k in range(wanted) if ranked[:2 + 2 * k]]
+    return {"tool_use": [{"name": PROPOSE_TOOL, "input": {"descriptions": variants or [current]}}],
+            "usage": {"input_tokens": 0, "output_tokens": 0}}
+
+
 def keyword_router(threshold: int = 2) -> Callable[[Request], Any]:
     """A responder that activates a skill the way measurements say models do: by keyword overlap between the
     request and a skill's name and description in the catalog (at least `threshold` shared words), else it answers
     directly. Offline, deterministic, and sensitive to how a description is written: good for teaching evals."""
 
     def respond(request: Request) -> dict[str, Any]:
+        if any(t.get("name") == PROPOSE_TOOL for t in request.get("tools") or []):
+            return _propose(request)
         messages = request.get("messages") or []
         last = messages[-1]["content"] if messages else ""
         if isinstance(last, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in last):

@@ -153,6 +153,53 @@ def m003_ledger_labels_per_session(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m004_run_log(db: sqlite3.Connection) -> None:
+    """The run log (records/runlog.py): one row per `%%skill run`, verification vote, eval run and batch request,
+    append-only like the audit. JSON columns hold lists and dicts as text; bodies are stored with secrets masked."""
+    run_statements(
+        db,
+        """
+        CREATE TABLE runs (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,              -- UTC, ISO 8601 (clock.utc_now)
+            session TEXT NOT NULL,         -- the kernel session that ran it
+            kind TEXT NOT NULL CHECK (kind IN ('run', 'vote', 'eval', 'batch')),
+            label TEXT,                    -- an eval report's label; a saved result's name
+            model TEXT,
+            harness TEXT,                  -- native | claude-code
+            skill TEXT,                    -- the skill run explicitly (a run), or the script voter's skill
+            activated TEXT,                -- JSON: the skills active when it ended
+            tool_calls TEXT,               -- JSON: [{name, input, result_bytes, is_error, error}]
+            trace TEXT,                    -- JSON: the load trace
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+            cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+            seconds REAL,
+            cost_usd REAL,                 -- computed from the price table (models/prices.py)
+            reported_cost_usd REAL,        -- what the harness reported (Claude Code's total_cost_usd)
+            outcome TEXT,                  -- a run's stop reason, a vote's status
+            error TEXT,
+            data TEXT,                     -- JSON: what else the kind keeps (a vote's claim, an eval's prompt id)
+            requests TEXT,                 -- JSON: the request bodies sent, secrets masked
+            responses TEXT                 -- JSON: the response bodies received, secrets masked
+        );
+        -- newest first, overall and by kind or skill ("%skills runs --skill S --limit N"); `at` for --since
+        CREATE INDEX runs_kind_id ON runs(kind, id);
+        CREATE INDEX runs_skill_id ON runs(skill, id);
+        CREATE INDEX runs_label_id ON runs(label, id);
+        CREATE INDEX runs_at ON runs(at);
+        CREATE TRIGGER runs_no_replace BEFORE INSERT ON runs WHEN EXISTS (SELECT 1 FROM runs WHERE id = NEW.id)
+            BEGIN SELECT RAISE(ABORT, 'the run log is append-only'); END;
+        CREATE TRIGGER runs_no_update BEFORE UPDATE ON runs
+            BEGIN SELECT RAISE(ABORT, 'the run log is append-only'); END;
+        CREATE TRIGGER runs_no_delete BEFORE DELETE ON runs
+            BEGIN SELECT RAISE(ABORT, 'the run log is append-only'); END;
+        """
+    )
+
+
 def _retry_locked(action, seconds: float = BUSY_TIMEOUT_MS / 1000) -> None:
     """Retry an action SQLite refuses with "database is locked" instead of waiting (switching a new file to WAL
     while another connection writes it), for as long as the busy timeout would have waited."""

@@ -22,7 +22,9 @@ from typing import Any
 
 from skills_magic.errors import DatabaseUnreadable
 from skills_magic.models.base import ModelClient, ModelError, Response, TextCallback, capabilities, usage_of
+from skills_magic.models.prices import cost_of
 from skills_magic.runs import fields, fork
+from skills_magic.runs.budget import STOP_REASON, Budget, CapReached, capped
 from skills_magic.runs.disclosure import ResourceError, activation_text, deny_inline, read_resource
 from skills_magic.runs.pytools import ToolRegistry
 from skills_magic.runs.result import RunResult, ToolCall, TraceEvent  # re-exported: their home before the split
@@ -83,7 +85,8 @@ class Agent:
                  max_turns: int = DEFAULT_MAX_TURNS, max_tokens: int = DEFAULT_MAX_TOKENS,
                  run_script: ScriptRunner | None = None, expand_inline: Callable[[Skill, str], str] = deny_inline,
                  ledger: tuple[str, LedgerTool] | None = None, python_tools: ToolRegistry | None = None,
-                 files: Sequence[str] = (), model_fixed: bool = False):
+                 files: Sequence[str] = (), model_fixed: bool = False, cap: Budget | None = None,
+                 max_cost: float | None = None):
         """`files`: the run's files, which a skill's `paths` must match for the model to see it; `model_fixed`: the
         user chose the model (--model), so an activated skill's own `model` does not change it."""
         self.all_skills = {s.name: s for s in skills}
@@ -93,6 +96,7 @@ class Agent:
         self.model = model
         self.model_id = model_id
         self.model_fixed = model_fixed
+        self.cap = cap or capped(max_cost)  # the budget (runs.budget) checked before each model call; None: no cap
         self.effort: str | None = None  # `output_config.effort` of the requests, set by an activated skill
         self.show_path = show_path
         self.session_id = session_id
@@ -260,8 +264,11 @@ class Agent:
             request["output_config"] = {"effort": self.effort}
         return request
 
-    def _account(self, response: Response, result: RunResult) -> None:
+    def _account(self, response: Response, result: RunResult, held: float = 0.0) -> None:
         usage = usage_of(response)
+        reported = response.get("usage") or {}  # as the API sent it: 1-hour cache writes are priced apart
+        cost = self.cap.settle(held, self.model_id, reported) if self.cap else cost_of(self.model_id, reported)
+        result.priced_usd = result.priced_usd if cost is None else (result.priced_usd or 0.0) + cost
         for key, value in usage.items():
             result.usage[key] += value
         result.trace.append(TraceEvent(
@@ -321,14 +328,22 @@ class Agent:
                 result.stop_reason = "max_turns"
                 result.note = f"stopped after {self.max_turns} model calls (--max-turns)"
                 return
+            request = self.request(messages)
+            try:  # the cap is checked before the call: a call that would cross it is never made
+                held = self.cap.reserve(self.model_id, request) if self.cap else 0.0
+            except CapReached as stop:
+                result.stop_reason, result.note = STOP_REASON, str(stop)
+                return
             result.turns += 1
             try:
-                response = self.model.create(self.request(messages), on_text)
+                response = self.model.create(request, on_text)
             except ModelError as error:
+                if self.cap:
+                    self.cap.settle(held, self.model_id, None)
                 result.error = str(error)
                 result.stop_reason = "context_window_exceeded" if error.kind == "context" else "error"
                 return
-            self._account(response, result)
+            self._account(response, result, held)
             received = list(response.get("content") or [])
             stop = response.get("stop_reason") or "end_turn"
             result.stop_reason = stop

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from skills_magic.runs import logged
 from skills_magic.runs.agent import Agent
 from skills_magic.runs.evals import EvalItem, EvalReport, RunRecord, prompt_text
+from skills_magic.models.prices import cost_of
 from skills_magic.models.base import usage_of
 from skills_magic.skills.skill import Skill
 
@@ -19,7 +21,8 @@ def custom_id(index: int, run: int) -> str:
 def run_batch_eval(skills: Sequence[Skill], client, model_id: str, items: Sequence[EvalItem], *, runs: int = 3,
                    strategy: str = "plain", label: str | None = None, show_path: Callable[[str], str] = str,
                    batch_id=None, on_progress: Callable[[int, int], None] | None = None,
-                   poll_seconds: float | None = None, sleep=None) -> EvalReport:
+                   poll_seconds: float | None = None, sleep=None, run_log=None) -> EvalReport:
+    """One first-turn request per (prompt, run) in Message Batches; `run_log` gets a `batch` row per request."""
     from skills_magic.models.batch import POLL_SECONDS, run_batch
 
     agent = Agent(skills, client, model_id, show_path=show_path, max_turns=1)
@@ -47,6 +50,9 @@ def run_batch_eval(skills: Sequence[Skill], client, model_id: str, items: Sequen
         for run in range(1, runs + 1):
             key = custom_id(index, run)
             message = outcome.results.get(key)
+            if run_log is not None:
+                run_log.record("batch", **logged.batch_fields(model_id, report.label, item, run, key, requests[key],
+                                                              message, outcome.errors.get(key), outcome.batch_ids))
             if message is None:
                 report.records.append(RunRecord(item.id, run, [], 0, 0, 0, outcome.errors.get(key, "no result")))
                 continue
@@ -56,7 +62,8 @@ def run_batch_eval(skills: Sequence[Skill], client, model_id: str, items: Sequen
                 if isinstance(name, str) and name in agent.visible and name not in activated:
                     activated.append(name)
             usage = usage_of(message)
-            report.records.append(RunRecord(item.id, run, activated, 1, usage["input_tokens"], usage["output_tokens"]))
+            report.records.append(RunRecord(item.id, run, activated, 1, usage["input_tokens"], usage["output_tokens"],
+                                            cost_usd=cost_of(model_id, message.get("usage") or {}, batch=True)))
     if on_progress is not None:
         on_progress(total, total)
     return report

@@ -33,6 +33,7 @@ from skills_magic.errors import SkillsMagicError
 from skills_magic.models.base import ModelClient, NoModelConfigured, capabilities
 from skills_magic.models.claude_code import bundled_cli, cli_version
 from skills_magic.runs import fields
+from skills_magic.runs.budget import capped
 from skills_magic.runs.result import RunResult, ToolCall, TraceEvent
 from skills_magic.safety.private_copy import private_copy
 from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS
@@ -85,6 +86,7 @@ class ClaudeCodeRun:
         self.model, self.model_id, self.show_path = model, model_id, show_path
         self.session_id, self.max_turns, self.run_script = session_id, max_turns, run_script
         self.not_offered = sorted(k for k in ("ledger", "python_tools") if ignored.get(k))
+        self.cap = ignored.get("cap") or capped(ignored.get("max_cost"))  # kept by Claude Code's own max_budget_usd
         self.activated: dict[str, Skill] = {}
         self.copies: dict[str, Skill] = {}  # the private copy's folder -> the skill it is a copy of
 
@@ -237,7 +239,13 @@ class ClaudeCodeRun:
             model=self.model_id or None, max_turns=self.max_turns, tools=list(TOOLS),
             can_use_tool=self._can_use_tool, setting_sources=["project"], skills=sorted(
                 {self.copies[c].name for c in self.copies}), settings=json.dumps(RUN_SETTINGS),
-            include_partial_messages=True, stderr=self._stderr)
+            include_partial_messages=True, stderr=self._stderr, max_budget_usd=self._budget_left())
+
+    def _budget_left(self) -> float | None:
+        """What the cap leaves for Claude Code's own `max_budget_usd` (it checks after each call, not before)."""
+        if self.cap is None or self.cap.cap is None:
+            return None
+        return max(self.cap.cap - self.cap.spent, 0.0)
 
     def _stderr(self, line: str) -> None:
         self.stderr_lines = getattr(self, "stderr_lines", [])[-20:] + [line]

@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any
 
+from skills_magic.models.prices import cost_of
 from skills_magic.runs.result import USAGE_KEYS, ToolCall, TraceEvent
 
 FORKED = "(forked execution)"  # how Claude Code's Skill result says a `context: fork` skill ran as a sub-agent
@@ -37,10 +38,11 @@ class Stream:
         self.model_calls: dict[str, TraceEvent] = {}  # message id -> its model call's trace row
         self.streamed_usage: dict[str, dict[str, Any]] = {}  # message id -> the usage its stream reported
         self.streaming: str | None = None  # the message id being streamed
+        self.ended = False  # Claude Code's result message arrived
 
     async def consume(self, prompt: list[Any], options) -> None:
         """Send the user's turns (a string or content blocks each) and take every message Claude Code answers."""
-        from claude_agent_sdk import query
+        from claude_agent_sdk import ClaudeSDKError, query
 
         async def turns():
             for content in prompt:
@@ -48,8 +50,13 @@ class Stream:
 
         for content in prompt:
             self.result.messages.append({"role": "user", "content": content})
-        async for message in query(prompt=turns(), options=options):
-            self.take(message)
+        try:
+            async for message in query(prompt=turns(), options=options):
+                self.take(message)
+        except ClaudeSDKError as error:  # Claude Code ended with an error result (a budget, a failed start)
+            if not self.ended:  # its result message said nothing: this is all there is
+                self.result.error = f"Claude Code stopped: {str(error).splitlines()[0]}"
+                self.result.stop_reason = "error"
 
     def take(self, message: Any) -> None:
         kind = type(message).__name__
@@ -183,15 +190,23 @@ class Stream:
                     activations[-1].bytes = _size(text)
 
     def _end(self, message: Any) -> None:
+        self.ended = True
         usage = getattr(message, "usage", None) or {}
         self.result.usage = {key: int(usage.get(key) or 0) for key in USAGE_KEYS}
         self.result.cost_usd = getattr(message, "total_cost_usd", None)
+        self.result.priced_usd = cost_of(self.result.model, usage)  # beside Claude Code's own figure
         subtype = getattr(message, "subtype", "")
         self.result.stop_reason = getattr(message, "stop_reason", None) or STOP_REASONS.get(subtype, subtype)
+        if subtype == "error_max_budget_usd" and self.run.cap is not None:
+            from skills_magic.runs.budget import STOP_REASON, dollars
+
+            self.result.stop_reason = STOP_REASON
+            self.result.note = (f"stopped by Claude Code at the cap of {dollars(self.run.cap.cap)} (its max_budget_usd, "
+                                f"checked after each call): it reported {dollars(self.result.cost_usd)}")
         if subtype == "error_max_turns":
             self.result.stop_reason = "max_turns"
             self.result.note = f"stopped after {self.run.max_turns} model calls (--max-turns)"
-        if getattr(message, "is_error", False) and subtype != "error_max_turns":
+        if getattr(message, "is_error", False) and subtype not in ("error_max_turns", "error_max_budget_usd"):
             self.result.error = str(getattr(message, "result", None) or subtype or "Claude Code ended with an error")
         answer = getattr(message, "result", None)
         if isinstance(answer, str) and answer and not self.result.error:

@@ -9,6 +9,7 @@ from typing import Any
 from skills_magic.errors import InvalidArgument
 from skills_magic.models.base import ModelClient, capabilities
 from skills_magic.runs import evals
+from skills_magic.runs.eval_cost import eval_budget
 from skills_magic.skills.catalog import Catalog, Source
 
 STRATEGIES = ("plain", "forced")
@@ -59,9 +60,11 @@ def check_batch_client(client: ModelClient, batch: bool) -> None:
 
 def run_variants(catalog_skills: list, client: ModelClient, model_id: str, items, chosen: list[tuple[str, str | None]],
                  *, runs: int, compare: str | None, behaviour: bool, batch: bool, resume: Any,
-                 show_path: Callable[[str], str], on_progress=None) -> list:
+                 show_path: Callable[[str], str], on_progress=None, run_log=None, max_cost: float | None = None,
+                 on_estimate=None, asker=None) -> list:
     """One report per variant (a side-by-side comparison when there are two). Every variant's catalog must hold the
-    skills the prompt set expects: that is checked for all of them before the first model call."""
+    skills the prompt set expects: that is checked for all of them before the first model call, and so is the
+    budget (runs.eval_cost: the estimate handed to `on_estimate`, the cap `max_cost` every run is checked against)."""
     catalogs = [skills_with(catalog_skills, folder) for _strategy, folder in chosen]
     for (strategy, _folder), skills in zip(chosen, catalogs, strict=True):
         evals.check_options(strategy, runs)
@@ -70,6 +73,9 @@ def run_variants(catalog_skills: list, client: ModelClient, model_id: str, items
     if behaviour and any(capabilities(c).harness != "native" for c in clients):
         raise InvalidArgument("--behaviour has a model judge each transcript through the Messages API: run it with the "
                               "native harness, not claude-code")
+    spending = eval_budget([(s, skills) for (s, _folder), skills in zip(chosen, catalogs, strict=True)], client, model_id,
+                           items, runs=runs, batch=batch, behaviour=behaviour, max_cost=max_cost, show_path=show_path,
+                           on_estimate=on_estimate, asker=asker)
     if on_progress is not None:
         on_progress(0, len(items) * runs)  # the run begins: a progress bar appears now, not before the checks
     reports = []
@@ -83,13 +89,14 @@ def run_variants(catalog_skills: list, client: ModelClient, model_id: str, items
             label = "catalog"
         else:
             label = strategy
-        options = dict(runs=runs, strategy=strategy, label=label, show_path=show_path, on_progress=on_progress)
+        options = dict(runs=runs, strategy=strategy, label=label, show_path=show_path, on_progress=on_progress,
+                       run_log=run_log)  # a row per prompt run (records.runlog)
         if batch:
             from skills_magic.runs.batch_evals import run_batch_eval
 
             report = run_batch_eval(skills, client, model_id, items, batch_id=resume if number == 0 else None, **options)
         else:
-            report = evals.run_eval(skills, client, model_id, items, **options)
+            report = evals.run_eval(skills, client, model_id, items, agent_options={"cap": spending}, **options)
         if behaviour:
             report.behaviour = evals.behaviour_evals(skills, client, model_id, items, show_path=show_path)
         reports.append(report)

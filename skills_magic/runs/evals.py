@@ -10,6 +10,7 @@ format's `expected_behavior` items) are scored by a judge model through a tool s
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -19,13 +20,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from skills_magic.runs import eval_stats
 from skills_magic.runs.agent import Agent
+from skills_magic.runs import logged
 from skills_magic.runs.claude_code import loop_for
 from skills_magic.errors import InvalidArgument, SkillsMagicError
 from skills_magic.models.base import ModelClient, ModelError, usage_of
 from skills_magic.skills.skill import Skill
 
 CATEGORIES = ("direct", "paraphrase", "negative")
+COMPARED = ("direct", "paraphrase", "negative", "overall")  # what `--compare` tests: activation, false positives, all
 DEFAULT_RUNS = 3  # runs per prompt: activation is not deterministic, one run proves little
 FIRST_TURNS = 2  # activation counts within the first model calls: a skill found late is not the routing we measure
 BEHAVIOUR_TURNS = 8  # a behaviour eval lets the run do the task
@@ -147,6 +151,7 @@ class RunRecord:
     input_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None
+    cost_usd: float | None = None  # what its tokens cost at the price table (models.prices); None: no price
 
 
 def activated_skills(result) -> list[str]:
@@ -179,26 +184,55 @@ class EvalReport:
     runs: int = DEFAULT_RUNS
     behaviour: dict[str, dict[str, Any]] = field(default_factory=dict)  # skill -> pass counts with and without it
     batch_ids: list[str] = field(default_factory=list)  # with --batch: what `--resume` takes after a restart
+    note: str = ""  # said after the headline: where the report was saved, or that it is a saved baseline
+    stopped: str = ""  # why its budget cap stopped it before its last run (runs.budget), else empty
 
-    def _runs_of(self, category: str | None = None) -> list[tuple[EvalItem, RunRecord]]:
+    @property
+    def cost_usd(self) -> float | None:
+        """What its runs cost at the price table; None when none of them has a price."""
+        priced = [r.cost_usd for r in self.records if r.cost_usd is not None]
+        return sum(priced) if priced else None
+
+    def _runs_of(self, category: str | None = None, errored: bool = False) -> list[tuple[EvalItem, RunRecord]]:
+        """The counted runs, or the errored ones: an errored run is no evidence either way, so it is counted apart."""
         by_id = {i.id: i for i in self.items}
-        return [(by_id[r.item], r) for r in self.records if category is None or by_id[r.item].category == category]
+        return [(by_id[r.item], r) for r in self.records
+                if bool(r.error) == errored and (category is None or by_id[r.item].category == category)]
+
+    def errored(self, category: str | None = None) -> int:
+        return len(self._runs_of(category, errored=True))
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """(hits, counted runs) per measure: activation of direct and paraphrase prompts, false positives on
+        negatives, wrong skills on positives, and overall the runs that did the right thing."""
+        def tally(pairs, hit) -> tuple[int, int]:
+            return sum(1 for i, r in pairs if hit(i, r)), len(pairs)
+
+        runs = self._runs_of()
+        table = {c: tally([(i, r) for i, r in self._runs_of(c) if i.expected], _activated_expected) for c in ("direct", "paraphrase")}
+        table["negative"] = tally([(i, r) for i, r in runs if i.expect_none], lambda i, r: bool(r.activated))
+        table["wrong_skill"] = tally([(i, r) for i, r in runs if i.expected], lambda i, r: bool(set(r.activated) - set(i.expected)))
+        table["overall"] = tally([(i, r) for i, r in runs if i.expected or i.expect_none], _right)
+        return table
+
+    def rate(self, measure: str) -> float | None:
+        hits, runs = self.counts()[measure]
+        return hits / runs if runs else None
+
+    def interval(self, measure: str) -> eval_stats.Interval | None:
+        """The rate's Wilson 95% interval (None with no counted runs)."""
+        return eval_stats.wilson(*self.counts()[measure])
 
     def activation_rate(self, category: str) -> float | None:
-        pairs = [(i, r) for i, r in self._runs_of(category) if i.expected]
-        if not pairs:
-            return None
-        return sum(1 for i, r in pairs if set(i.expected) & set(r.activated)) / len(pairs)
+        return self.rate(category) if category in ("direct", "paraphrase") else None
 
     def false_positive_rate(self) -> float | None:
-        pairs = [(i, r) for i, r in self._runs_of() if i.expect_none]
-        return None if not pairs else sum(1 for _, r in pairs if r.activated) / len(pairs)
+        return self.rate("negative")
 
     def wrong_skill_rate(self) -> float | None:
-        pairs = [(i, r) for i, r in self._runs_of() if i.expected]
-        return None if not pairs else sum(1 for i, r in pairs if set(r.activated) - set(i.expected)) / len(pairs)
+        return self.rate("wrong_skill")
 
-    def per_skill(self) -> dict[str, dict[str, float | int | None]]:
+    def per_skill(self) -> dict[str, dict[str, Any]]:
         skills = sorted({s for i in self.items for s in i.expected} | {s for r in self.records for s in r.activated})
         table = {}
         for skill in skills:
@@ -210,20 +244,38 @@ class EvalReport:
                 fn += wanted and not hit
             table[skill] = {"tp": tp, "fp": fp, "fn": fn,
                             "precision": tp / (tp + fp) if tp + fp else None,
-                            "recall": tp / (tp + fn) if tp + fn else None}
+                            "recall": tp / (tp + fn) if tp + fn else None,
+                            "precision_interval": eval_stats.wilson_list(tp, tp + fp),
+                            "recall_interval": eval_stats.wilson_list(tp, tp + fn)}
         return table
 
     def per_prompt(self) -> list[dict[str, Any]]:
+        """Per prompt: its counted runs, what they activated, its errored runs apart, and its rate (activation of
+        a positive prompt, false positives of a negative one)."""
         rows = []
         for item in self.items:
-            records = [r for r in self.records if r.item == item.id]
+            records = [r for r in self.records if r.item == item.id and not r.error]
             counts: dict[str, int] = {}
             for r in records:
                 for s in r.activated:
                     counts[s] = counts.get(s, 0) + 1
-            rows.append({"id": item.id, "category": item.category, "expected": list(item.expected), "runs": len(records),
-                         "activated": counts, "errors": sum(1 for r in records if r.error)})
+            hits = sum(1 for r in records if (_activated_expected(item, r) if item.expected else bool(r.activated)))
+            rows.append({"id": item.id, "category": item.category, "expected": list(item.expected),
+                         "expect_none": item.expect_none, "runs": len(records), "activated": counts,
+                         "errors": sum(1 for r in self.records if r.item == item.id and r.error),
+                         "rate": hits / len(records) if records else None})
         return rows
+
+    def spread(self) -> dict[str, dict[str, Any]]:
+        """Per category, how far apart its prompts' rates are over their repeated runs."""
+        rows = self.per_prompt()
+        return {c: eval_stats.spread([r["rate"] for r in rows if r["category"] == c and r["rate"] is not None])
+                for c in CATEGORIES}
+
+    def compared_with(self, first: EvalReport) -> dict[str, eval_stats.Difference | None]:
+        """This report against `first`, per category and overall: this rate minus the first's, interval, p-value."""
+        mine, theirs = self.counts(), first.counts()
+        return {m: eval_stats.difference(*theirs[m], *mine[m]) for m in COMPARED}
 
     def totals(self) -> dict[str, int]:
         return {"runs": len(self.records), "calls": sum(r.calls for r in self.records),
@@ -231,17 +283,29 @@ class EvalReport:
                 "output_tokens": sum(r.output_tokens for r in self.records)}
 
     def summary(self) -> dict[str, Any]:
+        counts = self.counts()
         return {
             "label": self.label,
             "activation": {c: self.activation_rate(c) for c in ("direct", "paraphrase")},
             "false_positive_rate": self.false_positive_rate(),
             "wrong_skill_rate": self.wrong_skill_rate(),
-            "per_skill": self.per_skill(),
-            "per_prompt": self.per_prompt(),
-            "behaviour": self.behaviour,
-            "totals": self.totals(),
-            "batch_ids": self.batch_ids,
+            "counts": {m: {"hits": k, "runs": n} for m, (k, n) in counts.items()},
+            "intervals": {m: eval_stats.wilson_list(k, n) for m, (k, n) in counts.items()},
+            "errored": {"total": self.errored(), **{c: self.errored(c) for c in CATEGORIES}},
+            "spread": self.spread(),
+            "per_skill": self.per_skill(), "per_prompt": self.per_prompt(), "behaviour": self.behaviour,
+            "totals": self.totals(), "batch_ids": self.batch_ids, "runs_per_prompt": self.runs,
+            "records": [dataclasses.asdict(r) for r in self.records],  # what `--against` rebuilds the report from
         }
+
+
+def _activated_expected(item: EvalItem, record: RunRecord) -> bool:
+    return bool(set(item.expected) & set(record.activated))
+
+
+def _right(item: EvalItem, record: RunRecord) -> bool:
+    """The run did what the prompt asks for: an expected skill activated, or on a negative nothing did."""
+    return _activated_expected(item, record) if item.expected else not record.activated
 
 
 def prompt_text(item: EvalItem, strategy: str) -> str:
@@ -260,22 +324,30 @@ def check_options(strategy: str, runs: int) -> None:
 def run_eval(skills: Sequence[Skill], client: ModelClient, model_id: str, items: Sequence[EvalItem], *,
              runs: int = DEFAULT_RUNS, strategy: str = "plain", label: str | None = None,
              show_path: Callable[[str], str] = os.path.basename, agent_options: dict[str, Any] | None = None,
-             on_progress: Callable[[int, int], None] | None = None) -> EvalReport:
-    """Run every prompt `runs` times through the agent loop, limited to its first turns."""
+             on_progress: Callable[[int, int], None] | None = None, run_log=None) -> EvalReport:
+    """Run every prompt `runs` times through the agent loop, limited to its first turns; `run_log` gets a row each."""
     check_options(strategy, runs)
     report = EvalReport(label or strategy, list(items), runs=runs)
     total, done = len(items) * runs, 0
     for item in items:
         for run in range(1, runs + 1):
-            agent = loop_for(client)(skills, client, model_id, show_path=show_path, max_turns=FIRST_TURNS,
-                                     **(agent_options or {}))
-            result = agent.run(prompt_text(item, strategy))
-            report.records.append(RunRecord(
-                item.id, run, activated_skills(result), result.turns, result.usage["input_tokens"],
-                result.usage["output_tokens"], result.error))
+            kept = logged.capture(client, run_log)  # its exchanges, for the run log
+            agent = loop_for(kept)(skills, kept, model_id, show_path=show_path, max_turns=FIRST_TURNS,
+                                   **(agent_options or {}))
+            result = logged.timed(agent.run, prompt_text(item, strategy))
+            counted = activated_skills(result)
+            logged.record_eval(run_log, result, kept, report.label, item, run, strategy, counted)
+            capped = result.stop_reason == "max_cost"  # its cap stopped it: no evidence, counted as errored
+            if result.turns or not capped:
+                report.records.append(RunRecord(
+                    item.id, run, counted, result.turns, result.usage["input_tokens"],
+                    result.usage["output_tokens"], result.error or (result.note if capped else None), result.priced_usd))
             done += 1
             if on_progress is not None:
                 on_progress(done, total)
+            if capped:
+                report.stopped = result.note
+                return report
     return report
 
 

@@ -49,6 +49,7 @@ def _child(parent: Any, skill: Skill) -> Any:
                          expand_inline=parent.expand_inline, ledger=parent.ledger, python_tools=parent.python_tools,
                          model_fixed=parent.model_fixed)
     child.fork_depth = parent.fork_depth + 1
+    child.cap = parent.cap  # a fork's calls count against the run's cap
     return child
 
 
@@ -69,6 +70,8 @@ def _counted(parent_result: RunResult, skill: Skill, child: RunResult, sent: str
     bytes: what went back to the parent's model, none for a run by name)."""
     for key in USAGE_KEYS:
         parent_result.usage[key] += child.usage.get(key, 0)
+    if child.priced_usd is not None:
+        parent_result.priced_usd = (parent_result.priced_usd or 0.0) + child.priced_usd
     parent_result.ledger_entries.extend(child.ledger_entries)
     parent_result.forks.append(child)
     u = child.usage

@@ -71,6 +71,7 @@ class RunResult:
     activated: list[str] = field(default_factory=list)  # the skills active when the run ended, earlier turns' too
     seconds: float | None = None  # how long the run took (wall clock); a view puts it in metadata, never in data
     cost_usd: float | None = None  # what the harness reported the run cost (Claude Code's total_cost_usd)
+    priced_usd: float | None = None  # what its tokens cost at the price table (models.prices); None: no price
     forks: list[RunResult] = field(default_factory=list)  # the nested runs of `context: fork` skills, in order
 
     @property

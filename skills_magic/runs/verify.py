@@ -12,13 +12,15 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from skills_magic.errors import InvalidArgument, SkillsMagicError
-from skills_magic.models.base import ModelClient, ModelError, usage_of
+from skills_magic.models.base import ModelClient, ModelError, capabilities, usage_of
+from skills_magic.models.prices import cost_of
+from skills_magic.runs.budget import Budget, CapReached, dollars
 
 VOTES_PER_CLAIM = 3  # independent checks per claim: one careless voter cannot decide alone
 REFUTATIONS_REQUIRED = 2  # refutations that kill a claim, and the valid votes a confirmation needs
@@ -108,6 +110,8 @@ class Vote:
     output_tokens: int = 0
     calls: int = 0  # agent calls this vote made (model requests or script runs)
     seconds: float = 0.0
+    cost_usd: float | None = None  # what its tokens cost at the price table (models.prices); None: no price
+    exchange: tuple[dict, dict] | None = field(default=None, repr=False, compare=False)  # request, response: the run log's
 
     def to_dict(self) -> dict[str, Any]:
         data = {"claim": self.claim, "voter": self.voter, "kind": self.kind, "status": self.status}
@@ -148,6 +152,14 @@ class VerificationResult:
     refutations_required: int
     seconds: float = 0.0
     cancelled: bool = False
+    stopped: str = ""  # why its budget cap stopped it (runs.budget), else empty
+    estimate: Any = None  # budget.Estimate: what it was expected to cost before it started
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What its model votes cost at the price table; None when none of them has a price."""
+        priced = [v.cost_usd for v in self.votes if v.cost_usd is not None]
+        return sum(priced) if priced else None
 
     @property
     def votes(self) -> list[Vote]:
@@ -194,9 +206,12 @@ class ModelVoter(Voter):
 
     async def vote(self, vote: Vote, claim: Claim, votes: int, refutations: int) -> None:
         vote.calls += 1
-        response = await self.client.acreate(self.request(claim, vote.voter, votes, refutations))
+        request = self.request(claim, vote.voter, votes, refutations)
+        response = await self.client.acreate(request)
+        vote.exchange = (request, response)
         usage = usage_of(response)
         vote.input_tokens, vote.output_tokens = usage["input_tokens"], usage["output_tokens"]
+        vote.cost_usd = cost_of(self.model_id, response.get("usage") or {})
         calls = [b for b in response.get("content", []) if b.get("type") == "tool_use" and b.get("name") == VERDICT_TOOL_NAME]
         if not calls:
             raise _Abstain("answered in text instead of the verdict tool")
@@ -233,8 +248,11 @@ class _Abstain(Exception):
 async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_claim: int = VOTES_PER_CLAIM,
                  refutations_required: int = REFUTATIONS_REQUIRED, concurrency: int = CONCURRENCY,
                  timeout: float = VOTE_TIMEOUT_SECONDS, max_claims: int = MAX_CLAIMS,
-                 on_vote: Callable[[ClaimResult, Vote], None] | None = None) -> VerificationResult:
-    """Every vote of every claim at once, at most `concurrency` in flight; `on_vote` hears each one as it lands."""
+                 on_vote: Callable[[ClaimResult, Vote], None] | None = None, run_log=None,
+                 budget: Budget | None = None) -> VerificationResult:
+    """Every vote of every claim at once, at most `concurrency` in flight; `on_vote` hears each one as it lands;
+    `run_log` (records.runlog.RunLog) gets a row per vote; `budget` (runs.budget) is checked before each model vote:
+    one that would cross its cap is not sent, nor is any after it."""
     if votes_per_claim < 1 or refutations_required < 1 or concurrency < 1:
         raise InvalidArgument("votes, refutations and concurrency must each be at least 1")
     if not seats:
@@ -249,9 +267,14 @@ async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_c
     async def one(claim: ClaimResult, vote: Vote) -> None:
         voter = seats[(vote.voter - 1) % len(seats)]
         async with limit:
-            started = time.perf_counter()
+            started, held = time.perf_counter(), None
             try:
+                if budget is not None and isinstance(voter, ModelVoter):
+                    held = budget.reserve(voter.model_id, voter.request(claim.claim, vote.voter, votes_per_claim,
+                                                                        refutations_required))
                 await asyncio.wait_for(voter.vote(vote, claim.claim, votes_per_claim, refutations_required), timeout)
+            except CapReached as stop:
+                vote.reason = f"not sent: {stop}"
             except asyncio.TimeoutError:
                 vote.reason = f"timed out after {timeout:g} s"
             except _Abstain as abstain:
@@ -261,11 +284,16 @@ async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_c
             except Exception as error:  # a voter's own failure is its abstention, never the run's end
                 vote.reason = f"{type(error).__name__}: {error}"
             vote.seconds = time.perf_counter() - started
+            if held is not None:  # its hold released; what it reported spent
+                spent = {"input_tokens": vote.input_tokens, "output_tokens": vote.output_tokens}
+                budget.settle(held, voter.model_id, spent if vote.input_tokens or vote.output_tokens else None)
         if vote.verdict is not None:
             vote.status = "refuted" if vote.verdict.refuted else "upheld"
         else:
             vote.status, vote.verdict = "abstained", None
         claim.outcome = decide(claim.votes, refutations_required) if all(v.status != "pending" for v in claim.votes) else claim.outcome
+        if run_log is not None:
+            run_log.record("vote", **vote_fields(voter, claim, vote))
         notify(claim, vote)
 
     started = time.perf_counter()
@@ -283,9 +311,25 @@ async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_c
                     vote.status, vote.reason = "abstained", "cancelled"
     finally:
         result.seconds = time.perf_counter() - started
+        if budget is not None:
+            result.stopped, result.estimate = budget.stopped, budget.estimate
         for claim in results:
             claim.outcome = decide(claim.votes, refutations_required)
     return result
+
+
+def vote_fields(voter: Voter, claim: ClaimResult, vote: Vote) -> dict[str, Any]:
+    """The run log's fields of one vote: its tokens and their cost, its verdict, its model exchange."""
+    from skills_magic.models.prices import cost_of
+
+    model_id, client = getattr(voter, "model_id", None), getattr(voter, "client", None)
+    usage = {"input_tokens": vote.input_tokens, "output_tokens": vote.output_tokens}
+    return {"model": model_id, "harness": None if client is None else capabilities(client).harness,
+            "skill": vote.kind.split(":")[1] if vote.kind.startswith("script:") else None, "usage": usage,
+            "seconds": vote.seconds, "cost_usd": cost_of(model_id, usage) if model_id else None,
+            "outcome": vote.status, "error": vote.reason or None, "data": {**vote.to_dict(), "claim": claim.claim.claim, "claim_index": claim.index},
+            "requests": [vote.exchange[0]] if vote.exchange else None,
+            "responses": [vote.exchange[1]] if vote.exchange else None}
 
 
 def outcome_counts(result: VerificationResult) -> str:
@@ -296,4 +340,7 @@ def outcome_counts(result: VerificationResult) -> str:
         text += f"; {stats['not_verified']} more not verified (over the limit of {len(result.claims)})"
     if result.cancelled:
         text += "; cancelled (votes already in are kept)"
-    return text + f"; {stats['agent_calls']} agent calls, {stats['input_tokens']:,} input / {stats['output_tokens']:,} output tokens"
+    if result.stopped:
+        text += f"; {result.stopped} (the votes sent are kept)"
+    cost = f", cost {dollars(result.cost_usd)}" if result.cost_usd is not None else ""
+    return text + f"; {stats['agent_calls']} agent calls, {stats['input_tokens']:,} input / {stats['output_tokens']:,} output tokens{cost}"

@@ -8,6 +8,8 @@ from typing import Any
 
 from skills_magic.errors import InvalidArgument
 from skills_magic.records.ledger import Ledger
+from skills_magic.models.base import capabilities
+from skills_magic.runs import budget
 from skills_magic.runs import verify as v
 from skills_magic.skills.skill import Skill
 
@@ -53,6 +55,25 @@ def one_model_voter(make_client: Callable[[], Any], model_id_for: Callable[[Any]
         return made[0]
 
     return seat
+
+
+def budgeted(claims: Sequence[v.Claim], chosen: Sequence[v.Voter], options: dict[str, Any], max_cost: float | None,
+             on_estimate: Callable[[Any], None] | None = None) -> budget.Budget:
+    """The verification's Budget (its cap: --max-cost, else SKILLS_MAGIC_MAX_COST), after its pre-flight estimate
+    (every model vote's request at VOTE_MAX_TOKENS) was handed to `on_estimate`: all before the first vote."""
+    spending = budget.Budget(budget.session_cap(max_cost))
+    votes, refutations = options["votes_per_claim"], options["refutations_required"]
+    requests, model_id, billed = [], "", False
+    for claim in list(claims)[: options["max_claims"]]:
+        for seat in range(1, votes + 1):
+            voter = chosen[(seat - 1) % len(chosen)] if chosen else None
+            if isinstance(voter, v.ModelVoter):
+                requests.append((voter.request(claim, seat, votes, refutations), 1))
+                model_id, billed = voter.model_id, capabilities(voter.client).billed
+    estimate = spending.preflight("verification", model_id, requests, billed=billed)
+    if on_estimate is not None:
+        on_estimate(estimate)
+    return spending
 
 
 def record_outcomes(ledger: Ledger, plan: str, result, votes: int) -> None:

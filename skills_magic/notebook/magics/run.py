@@ -18,6 +18,7 @@ from IPython.core.magic_arguments import argument
 from skills_magic.errors import SkillsMagicError
 from skills_magic.notebook.magics.base import SessionMagics
 from skills_magic.notebook.magics.commands import help_text, parser_of, positive, user_errors, words
+from skills_magic.notebook.magics.costs import MAX_COST, show_estimate
 from skills_magic.notebook.views.runs import ShownRun
 from skills_magic.notebook.views.skills import WrittenView
 from skills_magic.notebook.views.votes import VotesView
@@ -29,7 +30,7 @@ RUN_USAGE = ("usage: %%skill run [OPTIONS] [NAME [ARGS...]]: the magic's OPTIONS
              "login form`, `%%skill run fix-bug --model M -- the login form`, `%%skill run --no-model --script "
              "scripts/x.py NAME a \"b c\"`; the cell body is the task (`%%skill?` lists the options)")
 VERIFY_USAGE = ("usage: %%skill verify [--votes N] [--refutations R] [--concurrency C] [--model M] [--voter model|"
-                "script:SKILL:PATH ...] [--timeout S] [--max-claims K] [--ledger SLUG]; the cell is a YAML list of "
+                "script:SKILL:PATH ...] [--timeout S] [--max-claims K] [--ledger SLUG] [--max-cost USD]; the cell is a YAML list of "
                 "{claim, quote, source}")
 WRITE_USAGE = ("usage: %%skill write NAME [--dir PATH] [--no-overwrite] (or NAME/scripts/FILE, NAME/references/FILE, "
                "NAME/assets/FILE); the cell body is the SKILL.md (or the file)")
@@ -214,6 +215,7 @@ class RunMagics(SessionMagics):
     @argument("--continue", dest="continue_conversation", action="store_true",
               help="go on with the last run's conversation (`%%skills history` shows it, `%%skills reset` starts over)")
     @argument("--as", dest="assign_to", metavar="NAME", help="also assign the RunResult to NAME in the notebook")
+    @MAX_COST
     def _run(self, line: str, cell: str):
         """The cell body is the task; with NAME that skill is activated explicitly (no model decision), without it the
         model chooses from the catalog.
@@ -253,7 +255,8 @@ class RunMagics(SessionMagics):
                 if not args.raw:
                     task = interpolate(task, self.shell.user_ns, self.cell_errors)
                 options = dict(model=args.model, max_turns=args.max_turns, record=args.record, replay=args.replay,
-                               inputs=inputs, continue_conversation=args.continue_conversation, harness=args.harness)
+                               inputs=inputs, continue_conversation=args.continue_conversation, harness=args.harness,
+                               max_cost=args.max_cost)
                 if args.background:
                     from skills_magic.notebook.widgets import BackgroundRun
 
@@ -325,6 +328,7 @@ class RunMagics(SessionMagics):
     @argument("--timeout", type=_seconds, metavar="S", help="seconds a vote may take")
     @argument("--max-claims", type=positive, metavar="K", help="claims verified; the rest are listed as not verified")
     @argument("--ledger", metavar="SLUG", help="record each outcome in the ledger plan sci.SLUG")
+    @MAX_COST
     def _verify(self, argv: list[str], cell: str):
         """Verify the claims in the cell (a YAML list of {claim, quote, source}) by adversarial votes, all concurrently;
         a live vote board, then the result (confirmed / refuted / unverified per claim)."""
@@ -359,7 +363,8 @@ class RunMagics(SessionMagics):
             result = self.session.verify(
                 claims, votes=args.votes, refutations=args.refutations, concurrency=args.concurrency, model=args.model,
                 voters=args.voter, timeout=args.timeout, max_claims=args.max_claims, ledger_plan=args.ledger,
-                on_vote=board.update if board else None, on_ready=show_board)
+                on_vote=board.update if board else None, on_ready=show_board, max_cost=args.max_cost,
+                on_estimate=show_estimate)  # the estimate first, then the board
         view = VotesView(result)
         if board is not None:
             board.finish(view.summary(), result.claims)

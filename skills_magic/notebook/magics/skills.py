@@ -13,7 +13,7 @@ from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument
 
 from skills_magic.models.base import capabilities
-from skills_magic.notebook.magics.costs import CostCommands
+from skills_magic.notebook.magics.costs import MAX_COST, CostCommands, show_estimate
 from skills_magic.notebook.magics.improve import ImproveCommands
 from skills_magic.notebook.magics.runlog import RunLogCommands
 from skills_magic.notebook.magics.base import SessionMagics
@@ -175,6 +175,9 @@ class SkillsCommandMagics(SessionMagics, RunLogCommands, CostCommands, ImproveCo
     @argument("--batch", action="store_true", help="send the runs as Message Batches")
     @argument("--resume", metavar="BATCH_IDS", help="the batch ids to resume after a kernel restart, comma-separated (with --batch)")
     @argument("--chart", metavar="FILE.svg", help="also save the bar chart as this SVG file")
+    @MAX_COST
+    @argument("--save", metavar="NAME", help="keep this result in the run log as NAME (a baseline for --against)")
+    @argument("--against", metavar="NAME", help="compare this run with the result saved as NAME")
     def _eval(self, args):
         """Activation evals of a prompt set: activation per category, false and wrong activations, per skill."""
         progress = None
@@ -185,7 +188,8 @@ class SkillsCommandMagics(SessionMagics, RunLogCommands, CostCommands, ImproveCo
         started = time.perf_counter()
         reports = self.session.eval(args.file, runs=args.runs, model=args.model, strategy=args.strategy,
                                     compare=args.compare, behaviour=args.behaviour, batch=args.batch, resume=args.resume,
-                                    on_progress=progress, harness=args.harness)
+                                    on_progress=progress, harness=args.harness, save=args.save, against=args.against,
+                                    max_cost=args.max_cost, on_estimate=show_estimate)  # the estimate shown first
         view = EvalView(reports, self.session.lint(), time.perf_counter() - started)
         if args.chart:
             with open(os.path.join(self.session.cwd, args.chart), "w", encoding="utf-8") as handle:

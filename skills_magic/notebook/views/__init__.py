@@ -12,6 +12,7 @@ views; live widgets are in `skills_magic.notebook.widgets`.
     evals    activation evals and their chart
     conversation  `%skills history`: the turns of a conversation across cells
     tools    `%skills tool list`: the Python functions offered to the model
+    runlog   `%skills runs`: the run log, and one row shown
 """
 
 from skills_magic.notebook.views.base import MIME_PREFIX, PathShow, View, mime  # re-exported: its home before the split

@@ -82,7 +82,9 @@ class RunView(View):
 
     def _usage(self) -> str:
         u = self.result.usage
-        cost = "" if self.result.cost_usd is None else f" · cost ${self.result.cost_usd:.6f} (as the harness reported it)"
+        priced = self.result.priced_usd
+        cost = "" if priced is None else f" · cost ${priced:.6f} (at the price table)"
+        cost += "" if self.result.cost_usd is None else f" · cost ${self.result.cost_usd:.6f} (as the harness reported it)"
         return (f"usage: input {u['input_tokens']:,} · output {u['output_tokens']:,} · cache read "
                 f"{u['cache_read_input_tokens']:,} · cache write {u['cache_creation_input_tokens']:,} tokens{cost}")
 
@@ -154,6 +156,7 @@ class RunView(View):
             **({"changes": [c.to_dict() for c in r.changes]} if r.changes else {}),
             **({"forks": [RunView(f).data() for f in r.forks]} if r.forks else {}),  # the nested runs, likewise
             **({"cost_usd": r.cost_usd} if r.cost_usd is not None else {}),  # what Claude Code reported, likewise
+            **({"priced_usd": round(r.priced_usd, 8)} if r.priced_usd is not None else {}),  # at the price table
         }
 
     def metadata(self) -> dict[str, Any]:

@@ -76,6 +76,8 @@ class VotesView(View):
             "refutations_required": self.result.refutations_required,
             "cancelled": self.result.cancelled,
             "stats": self.result.stats,
+            **({"cost_usd": round(self.result.cost_usd, 8)} if self.result.cost_usd is not None else {}),
+            **({"stopped": self.result.stopped} if self.result.stopped else {}),  # its budget cap stopped it
         }
 
     def metadata(self) -> dict[str, Any]:
