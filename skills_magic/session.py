@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from skills_magic.errors import NotASkillSource, SourceNotFound
 from skills_magic.models import base, choice
 from skills_magic.paths import display_path, shown_path  # noqa: F401  (display_path re-exported: its home before the split)
-from skills_magic.records import ledger_check, runlog
+from skills_magic.records import ledger_check, runlog, usage
 from skills_magic.records.audit import AuditLog
 from skills_magic.records.db import Database, resolve_path
 from skills_magic.records.ledger import Ledger, NoPlan, plan_name
-from skills_magic.runs import (conversation, eval_plan, eval_saved, evals, experiment, fields, improve, logged, notebooks,
-                               pytools, script_tool, voting)
+from skills_magic.runs import (conversation, eval_plan, eval_saved, evals, experiment, fields, improve, learn, logged,
+                               notebooks, pytools, script_tool, voting)
 from skills_magic.runs import inputs as kernel_inputs
 from skills_magic.runs import verify as v  # the constants a verification's options default to
 from skills_magic.runs.experiment import LEDGER_METADATA_KEY, LEDGER_OUTPUT_CHARS  # noqa: F401  (re-exported)
@@ -95,9 +95,9 @@ class SkillsSession:
             raise scan.not_found(name, self.show_path)  # a skipped skill: why, with file and line
         return found
 
-    def listing(self, budget: int | None = None, source: str | None = None) -> tuple[CatalogScan, Listing, str]:
-        """The text listing under `budget` characters (None: the session's budget; 0: everything)."""
-        return self._listings.get(self.scan(), self.budget if budget is None else budget, source)
+    def listing(self, budget: int | None = None, source: str | None = None, drop_first=()) -> tuple[CatalogScan, Listing, str]:
+        """The text listing under `budget` characters (None: the session's budget; 0: everything; `drop_first`: names)."""
+        return self._listings.get(self.scan(), self.budget if budget is None else budget, source, drop_first)
 
     def sources(self) -> list[SourceStatus]:
         return source_statuses(self.catalog.sources, self.scan())
@@ -158,10 +158,10 @@ class SkillsSession:
     @functools.cached_property
     def runs(self) -> runlog.RunLog:  # the run log; `session.runs.enabled = False` stops this session's logging
         return runlog.RunLog(self.database, self.session_id)
+    def skill_usage(self) -> dict[str, usage.Usage]: return usage.skill_usage(self.runs)  # per skill name (records.usage)
 
-    @property
-    def ledger(self):
-        return Ledger(self.database, self.session_id)
+    ledger = property(lambda self: Ledger(self.database, self.session_id))
+    learning = functools.cached_property(lambda self: learn.Learning(self))  # learned skills (`%skills learn on`)
 
     def use_plan(self, slug: str) -> str:
         self.plan = plan_name(slug)
@@ -204,7 +204,7 @@ class SkillsSession:
                       max_turns=max_turns or DEFAULT_MAX_TURNS, run_script=tool.run_script,
                       expand_inline=tool.expand_inline, ledger=self._ledger_tool(chosen), python_tools=self.tools,
                       files=fields.run_files(written, arguments, self.cwd), model_fixed=model is not None,
-                      max_cost=max_cost)  # the run's cap in dollars (runs.budget), else SKILLS_MAGIC_MAX_COST
+                      max_cost=max_cost, learned=self.learning.tool_for())  # max_cost: in dollars (runs.budget)
         started = time.perf_counter()
         try:
             result = agent.run(task, chosen.name if chosen else None, arguments, on_text=on_text, on_event=on_event,
@@ -270,7 +270,7 @@ class SkillsSession:
         eval_plan.check_batch_client(client, batch)
         model_id = self.resolve_model_id(client, model, None)
         reports = eval_plan.run_variants(list(self.scan().skills), client, model_id, items,
-                                         eval_plan.variants(strategy, compare, self._path), runs=runs or evals.DEFAULT_RUNS,
+                                         eval_plan.variants(strategy, compare, self.learning.find), runs=runs or evals.DEFAULT_RUNS,
                                          compare=compare, behaviour=behaviour, batch=batch, resume=resume,
                                          show_path=self.show_path, on_progress=on_progress, run_log=self.runs,
                                          max_cost=max_cost, on_estimate=on_estimate, asker=self.asker)

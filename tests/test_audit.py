@@ -138,10 +138,10 @@ def test_migrations_are_recorded_and_applied_once(tmp_path):
     database = Database(str(tmp_path / "sub" / "project.sqlite"))
     connection = database.connect()
     names = [r["name"] for r in connection.execute("SELECT name FROM _migrations ORDER BY name")]
-    assert names == ["m001_audit", "m002_ledger", "m003_ledger_labels_per_session", "m004_run_log"] == [name for name, _ in MIGRATIONS]
+    assert names == ["m001_audit", "m002_ledger", "m003_ledger_labels_per_session", "m004_run_log", "m005_learned_skills"] == [name for name, _ in MIGRATIONS]
     assert migrate(connection) == []  # nothing left to apply
     again = Database(str(tmp_path / "sub" / "project.sqlite")).connect()
-    assert [r["name"] for r in again.execute("SELECT name FROM _migrations")] == ["m001_audit", "m002_ledger", "m003_ledger_labels_per_session", "m004_run_log"]
+    assert [r["name"] for r in again.execute("SELECT name FROM _migrations")] == ["m001_audit", "m002_ledger", "m003_ledger_labels_per_session", "m004_run_log", "m005_learned_skills"]
     assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -176,7 +176,7 @@ def test_two_database_objects_on_one_file_both_write(tmp_path):
     two.connect().execute(insert, ("two",))
     one.connect().execute(insert, ("one",))
     assert [r["session"] for r in raw_rows(Path(path))] == ["one", "two", "one"]
-    assert [r["name"] for r in two.connect().execute("SELECT name FROM _migrations")] == ["m001_audit", "m002_ledger", "m003_ledger_labels_per_session", "m004_run_log"]
+    assert [r["name"] for r in two.connect().execute("SELECT name FROM _migrations")] == ["m001_audit", "m002_ledger", "m003_ledger_labels_per_session", "m004_run_log", "m005_learned_skills"]
 
 
 def test_a_database_gives_each_thread_its_own_connection(tmp_path):

@@ -231,7 +231,7 @@ def test_a_database_of_the_old_schema_migrates_with_every_row_as_it_was(tmp_path
     assert ledger.state("demo", every_session=True).open_count == 1  # migrated on first use
     after = raw_rows(path, "SELECT * FROM ledger_entries ORDER BY id")
     assert after == [{**r, "session": r["session"] or ""} for r in before]  # same ids, labels, links, times
-    assert [r["name"] for r in raw_rows(path, "SELECT name FROM _migrations")][-1] == "m004_run_log"
+    assert [r["name"] for r in raw_rows(path, "SELECT name FROM _migrations")][-1] == "m005_learned_skills"
     schema = {r["name"]: r["sql"] for r in raw_rows(path, "SELECT name, sql FROM sqlite_master")}
     assert "UNIQUE (plan, session, label)" in schema["ledger_entries"] and "ledger_entries_m002" not in str(schema)
     assert {"ledger_no_replace", "ledger_no_update", "ledger_no_delete", "ledger_one_judgement_only",

@@ -200,6 +200,35 @@ def m004_run_log(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m005_learned_skills(db: sqlite3.Connection) -> None:
+    """Every version of every learned skill (records/learned.py): a skill the model (or the user) wrote through
+    `manage_skill`, append-only like the audit, so a bad edit is always recoverable."""
+    run_statements(
+        db,
+        """
+        CREATE TABLE learned_versions (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,              -- UTC, ISO 8601 (clock.utc_now)
+            session TEXT NOT NULL,         -- the kernel session that wrote it
+            name TEXT NOT NULL,
+            version INTEGER NOT NULL,      -- 1, 2, ... per name
+            action TEXT NOT NULL CHECK (action IN ('create', 'update', 'delete', 'revert')),
+            author TEXT NOT NULL,          -- "user" or the model id
+            run TEXT,                      -- the run's id, when a run wrote it
+            reason TEXT,                   -- why, in the author's words
+            files TEXT NOT NULL,           -- JSON: {relative path: text}; {} for a delete
+            digest TEXT NOT NULL,          -- sha256 of the files' JSON
+            UNIQUE (name, version)
+        );
+        CREATE TRIGGER learned_no_update BEFORE UPDATE ON learned_versions
+            BEGIN SELECT RAISE(ABORT, 'learned skill versions are append-only'); END;
+        CREATE TRIGGER learned_no_delete BEFORE DELETE ON learned_versions
+            BEGIN SELECT RAISE(ABORT, 'learned skill versions are append-only'); END;
+        """
+    )
+
+
 def _retry_locked(action, seconds: float = BUSY_TIMEOUT_MS / 1000) -> None:
     """Retry an action SQLite refuses with "database is locked" instead of waiting (switching a new file to WAL
     while another connection writes it), for as long as the busy timeout would have waited."""

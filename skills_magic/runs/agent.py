@@ -86,7 +86,7 @@ class Agent:
                  run_script: ScriptRunner | None = None, expand_inline: Callable[[Skill, str], str] = deny_inline,
                  ledger: tuple[str, LedgerTool] | None = None, python_tools: ToolRegistry | None = None,
                  files: Sequence[str] = (), model_fixed: bool = False, cap: Budget | None = None,
-                 max_cost: float | None = None):
+                 max_cost: float | None = None, learned=None):
         """`files`: the run's files, which a skill's `paths` must match for the model to see it; `model_fixed`: the
         user chose the model (--model), so an activated skill's own `model` does not change it."""
         self.all_skills = {s.name: s for s in skills}
@@ -107,6 +107,7 @@ class Agent:
         self.system = f"{SYSTEM_INSTRUCTIONS}\n\n{self.catalog}" if self.visible else ""
         self.ledger = ledger
         self.python_tools = python_tools
+        self.learned = learned  # the `manage_skill` tool (runs.learn.LearnTool), offered when learning is on
         self.activated: dict[str, Skill] = {}
         self.fork_depth = 0  # how many `context: fork` runs this loop is inside (runs.fork)
         self.tools = self._tools()
@@ -124,6 +125,8 @@ class Agent:
             tools = [t for t in tools if t["name"] != "activate_skill"]
         if self.ledger is not None:
             tools.append(experiment_tool(self.ledger[0]))
+        if self.learned is not None:
+            tools.append(self.learned.definition())
         if self.python_tools is not None:
             tools.extend(self.python_tools.definitions())
         return tools
@@ -229,6 +232,8 @@ class Agent:
                 raise ToolInputError(str(error)) from None
             if entry is not None:
                 result.ledger_entries.append(entry)
+        elif name == "manage_skill" and self.learned is not None:
+            content = self.learned.call(data, self.model_id)  # refused: ToolInputError `NameCollision: ...`
         elif self.python_tools is not None and name in self.python_tools:
             content = self._call_python(str(name), data, result)
         else:

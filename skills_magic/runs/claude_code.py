@@ -85,7 +85,7 @@ class ClaudeCodeRun:
         self.visible = {s.name: s for s in visible}
         self.model, self.model_id, self.show_path = model, model_id, show_path
         self.session_id, self.max_turns, self.run_script = session_id, max_turns, run_script
-        self.not_offered = sorted(k for k in ("ledger", "python_tools") if ignored.get(k))
+        self.not_offered = sorted(k for k in ("ledger", "python_tools", "learned") if ignored.get(k))
         self.cap = ignored.get("cap") or capped(ignored.get("max_cost"))  # kept by Claude Code's own max_budget_usd
         self.activated: dict[str, Skill] = {}
         self.copies: dict[str, Skill] = {}  # the private copy's folder -> the skill it is a copy of

@@ -14,13 +14,17 @@ from skills_magic.skills.catalog import Catalog, Source
 
 STRATEGIES = ("plain", "forced")
 HARNESS = "harness"  # `--compare harness`: the same prompts through the other harness (native <-> claude-code)
+WITHOUT = "without:"  # `--compare without:NAME`: the same catalog without that skill (does it help at all?)
 
 
 def variants(strategy: str, compare: str | None, find: Callable[[str], str]) -> list[tuple[str, str | None]]:
-    """(strategy, folder of other versions or None) per report: `compare` is a strategy or a folder."""
+    """(strategy, folder of other versions or None) per report: `compare` is a strategy, a folder (`find` resolves
+    it: a path, or `learned:NAME@V`), `harness`, or `without:NAME` (kept as it is: the catalog without NAME)."""
     chosen = [(strategy, None)]
     if compare == HARNESS:
         chosen.append((strategy, None))
+    elif compare and compare.startswith(WITHOUT):
+        chosen.append((strategy, compare))
     elif compare:
         chosen.append((compare, None) if compare in STRATEGIES else (strategy, find(compare)))
     return chosen
@@ -30,6 +34,11 @@ def skills_with(skills: list, folder: str | None) -> list:
     """`skills`, with those found under `folder` taking precedence (another version of them)."""
     if folder is None:
         return list(skills)
+    if folder.startswith(WITHOUT):
+        left_out = folder[len(WITHOUT):]
+        if not any(s.name == left_out for s in skills):
+            raise InvalidArgument(f"--compare {folder}: there is no skill named {left_out!r} to leave out")
+        return [s for s in skills if s.name != left_out]
     other = Catalog([Source("compare", folder, explicit=True)]).scan().skills
     names = {s.name for s in other}
     return list(other) + [s for s in skills if s.name not in names]
@@ -66,9 +75,10 @@ def run_variants(catalog_skills: list, client: ModelClient, model_id: str, items
     skills the prompt set expects: that is checked for all of them before the first model call, and so is the
     budget (runs.eval_cost: the estimate handed to `on_estimate`, the cap `max_cost` every run is checked against)."""
     catalogs = [skills_with(catalog_skills, folder) for _strategy, folder in chosen]
-    for (strategy, _folder), skills in zip(chosen, catalogs, strict=True):
+    for (strategy, folder), skills in zip(chosen, catalogs, strict=True):
         evals.check_options(strategy, runs)
-        evals.check_expected(items, skills)
+        if not (folder or "").startswith(WITHOUT):  # left out on purpose: its prompts are expected to miss
+            evals.check_expected(items, skills)
     clients = [client, other_harness(client)] if compare == HARNESS else [client] * len(chosen)
     if behaviour and any(capabilities(c).harness != "native" for c in clients):
         raise InvalidArgument("--behaviour has a model judge each transcript through the Messages API: run it with the "
@@ -83,6 +93,8 @@ def run_variants(catalog_skills: list, client: ModelClient, model_id: str, items
         client = clients[number]
         if compare == HARNESS:
             label = capabilities(client).harness
+        elif folder is not None and folder.startswith(WITHOUT):
+            label = f"without {folder[len(WITHOUT):]}"
         elif folder is not None:
             label = show_path(folder)
         elif compare and compare not in STRATEGIES:

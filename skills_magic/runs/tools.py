@@ -20,7 +20,7 @@ MAX_INPUT_DEPTH = 32  # the tools take flat objects; deeper nesting is garbage, 
 SHOWN_INPUT_CHARS = 80  # how much of a bad value an error result quotes back
 EXPERIMENT_ACTIONS = ("hypothesis", "prediction", "verdict", "observation", "conclusion", "skip", "list")
 # every tool a run may offer on its own: a Python function offered as a tool (runs.pytools) takes none of these names
-BUILT_IN_TOOL_NAMES = ("activate_skill", "read_skill_resource", "run_skill_script", "experiment")
+BUILT_IN_TOOL_NAMES = ("activate_skill", "read_skill_resource", "run_skill_script", "experiment", "manage_skill")
 
 
 def experiment_tool(plan: str) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Sources, first wins on a name collision: skills added in the session, then the skills `%%skill write` wrote in
 this folder (`./.skills/written`, so they outlive a restart), `SKILLS_MAGIC_PATH` / IPython config folders, the
 project (`./.agents/skills`, `./.claude/skills`, `./skills`), the user (`~/.agents/skills`, `~/.claude/skills`), and
-the sample skills bundled with the package. Every shadowed skill gets a `collision`
+the sample skills bundled with the package, and last the skills a model wrote (`./.skills/learned/skills`,
+records/learned.py), so a learned skill never hides another. Every shadowed skill gets a `collision`
 diagnostic; the same file reached twice (symlinks) is listed once. A warm scan is a stat pass: folders and files
 whose (size, mtime) did not change are not read again.
 """
@@ -30,7 +31,9 @@ USER_FOLDERS = ("~/.agents/skills", "~/.claude/skills")
 PATH_VARIABLE = "SKILLS_MAGIC_PATH"
 SOURCES_VARIABLE = "SKILLS_MAGIC_SOURCES"  # e.g. "project,bundled": a notebook that must re-run anywhere leaves out ~
 CLOSE_MATCHES = 3  # names suggested for a name the catalog does not have
-STANDARD_LABELS = (WRITTEN_LABEL, "path", "project", "user", "bundled")
+LEARNED_FOLDER = os.path.join(".skills", "learned", "skills")  # what `manage_skill` wrote (records/learned.py)
+LEARNED_LABEL = "learned"  # last of all: a skill a model wrote never hides one a person wrote or shipped
+STANDARD_LABELS = (WRITTEN_LABEL, "path", "project", "user", "bundled", LEARNED_LABEL)
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ def default_sources(cwd: str | None = None, home: str | None = None, environ=Non
     sources += [Source("project", os.path.join(cwd, p)) for p in PROJECT_FOLDERS]
     sources += [Source("user", os.path.join(home, p[2:])) for p in USER_FOLDERS]
     sources.append(Source("bundled", bundled_skills_folder()))
+    sources.append(Source(LEARNED_LABEL, os.path.abspath(os.path.join(cwd, LEARNED_FOLDER))))
     wanted = [label.strip() for label in environ.get(SOURCES_VARIABLE, "").split(",") if label.strip()]
     unknown = set(wanted) - set(STANDARD_LABELS)
     if unknown:

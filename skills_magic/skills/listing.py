@@ -2,8 +2,10 @@
 
 Over budget, in this order: descriptions are shortened (to the longest uniform length that fits, never under
 MIN_DESCRIPTION_CHARS), then dropped from the lowest-precedence group first (from the end of each group), then
-whole entries the same way. A final marker line says exactly how many skills were shown of how many and what was
-dropped: a listing is never silently incomplete. The marker's own length is inside the budget.
+whole entries the same way. Given `drop_first` (names: `%skills list --by-usage` gives the least used first),
+descriptions are dropped in that order instead, and the marker says so. A final marker line says exactly how many
+skills were shown of how many and what was dropped: a listing is never silently incomplete. The marker's own
+length is inside the budget.
 
 An entry's text is its description with its `when_to_use` after it (`listed_description`), cut at
 ENTRY_CAP_CHARS under any budget, as Claude Code does (with no budget, `--budget 0`, everything is shown whole).
@@ -26,6 +28,7 @@ MIN_DESCRIPTION_CHARS = 40  # shorter than this a description says nothing; drop
 ELLIPSIS = "…"
 ENTRY_CAP_CHARS = 1_536  # Claude Code's cap on one listing entry's description (with its when_to_use)
 WHEN_TO_USE_SEPARATOR = " - "  # between the description and `when_to_use`, as Claude Code joins them
+BY_USAGE_NOTE = " (least used first)"  # the marker's word that `drop_first` chose which descriptions went
 
 
 def budget_for_context(context_tokens: int, percent: float = 0.01) -> int:
@@ -88,6 +91,7 @@ class Listing:
     dropped_descriptions: int = 0
     dropped_entries: dict[str, int] = field(default_factory=dict)  # source label -> entries dropped
     capped: int = 0  # entries cut at ENTRY_CAP_CHARS before any budget
+    by_usage: bool = False  # descriptions were dropped in a given order (`drop_first`), not from the end
 
     @property
     def shown(self) -> int:
@@ -104,11 +108,11 @@ class Listing:
         if not self.truncated:
             return None
         return _marker(self.shown, self.total, self.shortened, self.description_limit, self.dropped_descriptions,
-                       self.dropped_entries, self.capped)
+                       self.dropped_entries, self.capped, self.by_usage)
 
 
 def _marker(shown: int, total: int, shortened: int, limit: int | None, dropped_descriptions: int,
-            dropped_entries: dict[str, int], capped: int = 0) -> str:
+            dropped_entries: dict[str, int], capped: int = 0, by_usage: bool = False) -> str:
     dropped = sum(dropped_entries.values())
     where = ""
     if dropped:
@@ -117,7 +121,8 @@ def _marker(shown: int, total: int, shortened: int, limit: int | None, dropped_d
     short = f"shortened {_count(shortened, 'description')} to {limit} characters; " if shortened else ""
     return (
         f"[skills listing truncated: showed {shown} of {total} skills; {cap}{short}dropped "
-        f"{_count(dropped_descriptions, 'description')} and {_count(dropped, 'entry', 'entries')}{where}; "
+        f"{_count(dropped_descriptions, 'description')}{BY_USAGE_NOTE if by_usage else ''} and "
+        f"{_count(dropped, 'entry', 'entries')}{where}; "
         f"the full catalog: %skills list --budget 0]"
     )
 
@@ -148,10 +153,18 @@ def _capped_entry(skill: Skill, describe: Describe, cap: bool) -> Entry:
     return Entry(skill, listed, listed)
 
 
-def plan_listing(skills: Sequence[Skill], budget: int | None, fmt: Format, describe: Describe = listed_description) -> Listing:
+def _drop_order(entries: list[Entry], drop_first: Sequence[str]) -> list[int]:
+    """The entries' indexes in the order their descriptions go: `drop_first`'s names first, the rest from the end."""
+    rank = {name: n for n, name in enumerate(drop_first)}
+    from_end = range(len(entries) - 1, -1, -1)
+    return sorted(from_end, key=lambda i: rank.get(entries[i].name, len(rank))) if rank else list(from_end)
+
+
+def plan_listing(skills: Sequence[Skill], budget: int | None, fmt: Format, describe: Describe = listed_description,
+                 drop_first: Sequence[str] = ()) -> Listing:
     """Fit skills (in precedence order) into `budget` characters of `fmt`; None or 0 means no budget. Each entry says
     `describe(skill)`, cut at ENTRY_CAP_CHARS under a budget (no budget: everything, whole) unless `describe` is
-    `raw_description` (skills-ref's listing)."""
+    `raw_description` (skills-ref's listing). `drop_first`: the names whose descriptions go first, in that order."""
     grouped = _group(skills)
     cap = bool(budget) and describe is not raw_description
     listing = Listing([(label, [_capped_entry(s, describe, cap) for s in group]) for label, group in grouped], len(skills),
@@ -169,7 +182,7 @@ def plan_listing(skills: Sequence[Skill], budget: int | None, fmt: Format, descr
         return listing
     # reserve room for the marker: its longest form, every count at its largest (the capped count is already known)
     n = len(skills)
-    reserve = len(_marker(n, n, n, 10**6, n, {label: n for label, _ in grouped}, listing.capped)) + 1
+    reserve = len(_marker(n, n, n, 10**6, n, {label: n for label, _ in grouped}, listing.capped, bool(drop_first))) + 1
     room = budget - reserve
     bare = [fmt.entry(e.skill, None) for e in entries]  # an entry without its description
     current = overhead + sum(bare)
@@ -189,12 +202,13 @@ def plan_listing(skills: Sequence[Skill], budget: int | None, fmt: Format, descr
             e.description = shorten(e.listed, MIN_DESCRIPTION_CHARS)
         costs = [fmt.entry(e.skill, e.description) - b for e, b in zip(entries, bare, strict=True)]
         current += sum(costs)
-        for index in range(len(entries) - 1, -1, -1):
+        for index in _drop_order(entries, drop_first):
             if current <= room:
                 break
             current -= costs[index]
             entries[index].description = None
             listing.dropped_descriptions += 1
+        listing.by_usage = bool(drop_first) and listing.dropped_descriptions > 0
     else:
         # even names alone do not fit: every description goes before any entry does
         for e in entries:
@@ -240,8 +254,9 @@ def render_text(listing: Listing) -> str:
     return "\n".join(lines)
 
 
-def text_listing(skills: Sequence[Skill], budget: int | None = DEFAULT_BUDGET_CHARS) -> tuple[Listing, str]:
-    listing = plan_listing(skills, budget, TEXT_FORMAT, listed_description)
+def text_listing(skills: Sequence[Skill], budget: int | None = DEFAULT_BUDGET_CHARS,
+                 drop_first: Sequence[str] = ()) -> tuple[Listing, str]:
+    listing = plan_listing(skills, budget, TEXT_FORMAT, listed_description, drop_first)
     return listing, render_text(listing)
 
 
@@ -300,19 +315,23 @@ def xml_listing(skills: Sequence[Skill], budget: int | None = None, location: Lo
 
 
 class ListingCache:
-    """The text listing of a scan per (budget, source), made again only when the scan changed (a new scan object)."""
+    """The text listing of a scan per (budget, source, drop order), made again only when the scan changed (a new scan
+    object)."""
 
     def __init__(self):
-        self._made: dict[tuple[int | None, str | None], tuple[Any, Listing, str]] = {}
+        self._made: dict[tuple[int | None, str | None, tuple[str, ...]], tuple[Any, Listing, str]] = {}
 
-    def get(self, scan, budget: int | None, source: str | None = None) -> tuple[Any, Listing, str]:
+    def get(self, scan, budget: int | None, source: str | None = None,
+            drop_first: Sequence[str] = ()) -> tuple[Any, Listing, str]:
         if budget is not None and budget < 0:
             from skills_magic.errors import InvalidArgument
 
             raise InvalidArgument(f"a budget is a number of characters, not {budget}")
-        cached = self._made.get((budget, source))
+        key = (budget, source, tuple(drop_first))
+        cached = self._made.get(key)
         if cached is not None and cached[0] is scan:  # nothing changed on disk: the same listing
             return cached
-        listing, text = text_listing([s for s in scan.skills if source is None or s.source == source], budget)
-        self._made[(budget, source)] = (scan, listing, text)
+        skills = [s for s in scan.skills if source is None or s.source == source]
+        listing, text = text_listing(skills, budget, drop_first)
+        self._made[key] = (scan, listing, text)
         return scan, listing, text

@@ -15,6 +15,7 @@ from IPython.core.magic_arguments import argument
 from skills_magic.models.base import capabilities
 from skills_magic.notebook.magics.costs import MAX_COST, CostCommands, show_estimate
 from skills_magic.notebook.magics.improve import ImproveCommands
+from skills_magic.notebook.magics.learned import LearnedCommands
 from skills_magic.notebook.magics.runlog import RunLogCommands
 from skills_magic.notebook.magics.base import SessionMagics
 from skills_magic.notebook.magics.commands import command_parser, help_text, positive, subcommand, subcommands, user_errors, words
@@ -26,6 +27,7 @@ from skills_magic.notebook.views.policy import AuditView, PolicyView, ReviewView
 from skills_magic.notebook.views.runs import ModelView, TraceView
 from skills_magic.notebook.views.skills import AddedView, DiagnosticsView, LintView, ListingView, SkillView, SourcesView, VerdictsView
 from skills_magic.notebook.views.tools import ToolsView
+from skills_magic.records.usage import least_used_first
 from skills_magic.skills.catalog import STANDARD_LABELS
 from skills_magic.skills.skill import CODES
 
@@ -53,7 +55,7 @@ SAVE = argument("--save", action="store_true", help="also keep it in your config
 
 
 @magics_class
-class SkillsCommandMagics(SessionMagics, RunLogCommands, CostCommands, ImproveCommands):
+class SkillsCommandMagics(SessionMagics, RunLogCommands, CostCommands, ImproveCommands, LearnedCommands):
     """`%skills`: list, show, validate and add Agent Skills."""
 
     # --- the catalog --------------------------------------------------------------------------------------------
@@ -62,11 +64,16 @@ class SkillsCommandMagics(SessionMagics, RunLogCommands, CostCommands, ImproveCo
     @argument("--source", choices=SOURCE_LABELS, help="only skills from this source")
     @argument("--budget", type=_budget, metavar="N", help="character budget (default 8000); 0 shows everything")
     @argument("--json", action="store_true", help="return the listing as JSON data")
+    @argument("--usage", action="store_true", help="each skill's use from the run log: activations, resource reads, runs")
+    @argument("--by-usage", action="store_true", help="over budget, drop the least-used skills' descriptions first")
     def _list(self, args):
         """The catalog, grouped by source, under a character budget."""
         started = time.perf_counter()
-        scan, listing, text = self.session.listing(budget=args.budget, source=args.source)
-        view = ListingView(scan, listing, text, self.session.show_path, time.perf_counter() - started, source=args.source)
+        usage = self.session.skill_usage() if args.usage or args.by_usage else None
+        order = least_used_first([s.name for s in self.session.scan().skills], usage) if args.by_usage else ()
+        scan, listing, text = self.session.listing(budget=args.budget, source=args.source, drop_first=order)
+        view = ListingView(scan, listing, text, self.session.show_path, time.perf_counter() - started, source=args.source,
+                           usage=usage if args.usage else None)
         return JSONResult(view.data()) if args.json else view
 
     @subcommand("show")
@@ -128,8 +135,11 @@ class SkillsCommandMagics(SessionMagics, RunLogCommands, CostCommands, ImproveCo
         return TraceView(self.session.last_run)
 
     @subcommand("history")
+    @argument("name", nargs="?", help="a learned skill: its versions (none: the conversation's turns)")
     def _history(self, args):
-        """The turns of the conversation `%%skill run --continue` goes on with."""
+        """The turns of the conversation `%%skill run --continue` goes on with; with NAME, a learned skill's versions."""
+        if args.name:
+            return self._skill_history(args.name)
         return ConversationView(self.session.conversation.history())
 
     @subcommand("reset")
@@ -169,7 +179,7 @@ class SkillsCommandMagics(SessionMagics, RunLogCommands, CostCommands, ImproveCo
     @argument("--runs", type=positive, metavar="N", help="runs of each prompt")
     @argument("--model", metavar="M", help="the model id the runs ask for")
     @argument("--strategy", choices=["plain", "forced"], default="plain", help="how the catalog is offered")
-    @argument("--compare", metavar="WHAT", help="plain | forced | FOLDER | harness: a second report beside the first")
+    @argument("--compare", metavar="WHAT", help="plain | forced | FOLDER | harness | learned:NAME@V | without:NAME: a second report beside the first")
     @argument("--harness", choices=["native", "claude-code"], help="whose agent loop runs the prompts")
     @argument("--behaviour", "--behavior", action="store_true", help="also judge each skill's expected behaviours")
     @argument("--batch", action="store_true", help="send the runs as Message Batches")

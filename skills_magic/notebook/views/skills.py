@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from skills_magic.notebook.views.base import CELL_STYLE, NAME_CELL_STYLE, PathShow, View, escape, plural
+from skills_magic.records.usage import NEVER_USED, Usage
 from skills_magic.skills.catalog import CatalogScan, Source, SourceStatus, skip_reasons, skipped_name
 from skills_magic.skills.listing import Listing
 from skills_magic.skills.skill import Diagnostic, Skill
@@ -21,6 +22,7 @@ SEVERITY_MARK = {"error": "✗", "warning": "!", "info": "·"}
 BODY_STYLE = "border:1px solid #d0d0d0;border-left:4px solid #9e9e9e;border-radius:4px;padding:0.25em 1em;margin:0.5em 0"
 HEADING_SIZES = {"1": "1.3em", "2": "1.2em", "3": "1.1em", "4": "1em", "5": "1em", "6": "1em"}
 SKIPPED_NOTE = "(skipped by the catalog: not listed, cannot be used)"
+USAGE_COLUMNS = ("activations", "reads", "runs")  # `%skills list --usage`; the last use's time is metadata (re-runs)
 
 
 def diagnostic_data(d: Diagnostic, show: PathShow) -> dict[str, Any]:
@@ -38,9 +40,23 @@ class ListingView(View):
     kind = "listing"
 
     def __init__(self, scan: CatalogScan, listing: Listing, text: str, show: PathShow, seconds: float | None = None,
-                 source: str | None = None):
+                 source: str | None = None, usage: dict[str, Usage] | None = None):
         self.scan, self.listing, self._text, self.show, self.seconds = scan, listing, text, show, seconds
         self.source = source  # `--source LABEL`: the listing holds that source's skills only
+        self.usage = usage  # `--usage`: each skill's use from the run log (names never used are absent)
+
+    def _used(self, name: str) -> Usage:
+        return (self.usage or {}).get(name, NEVER_USED)
+
+    def _usage_table(self) -> str:
+        names = [e.name for e in self.listing.entries()]
+        width = max([len("skill"), *map(len, names)])
+        lines = [f"{'skill':<{width}}  " + "  ".join(USAGE_COLUMNS) + "  (from the run log)"]
+        for name in names:
+            used = self._used(name)
+            counts = (used.activations, used.reads, used.runs)
+            lines.append(f"{name:<{width}}  " + "  ".join(f"{n:>{len(c)}}" for n, c in zip(counts, USAGE_COLUMNS, strict=True)))
+        return "\n".join(lines)
 
     def _summary(self) -> str:
         problems = sum(1 for d in self.scan.diagnostics if d.severity != "info")
@@ -54,21 +70,36 @@ class ListingView(View):
 
     def text(self) -> str:
         # the summary first, so that the listing's own last line (the truncation marker, if any) ends the output
-        return self._summary() + ("\n" + self._text if self._text else "")
+        usage = "\n" + self._usage_table() if self.usage is not None else ""
+        return self._summary() + usage + ("\n" + self._text if self._text else "")
 
     def html(self) -> str:
         parts = []
+        head = ("" if self.usage is None else "<thead><tr><th></th><th></th>" +
+                "".join(f"<th style='{CELL_STYLE}'>{c}</th>" for c in USAGE_COLUMNS) + "</tr></thead>")
         for label, entries in self.listing.groups:
             rows = "".join(
                 f"<tr><td style='{NAME_CELL_STYLE}'><code style='white-space:nowrap'>{escape(e.name)}</code></td>"
-                f"<td style='{CELL_STYLE}'>{escape(e.description or '')}</td></tr>" for e in entries
+                f"<td style='{CELL_STYLE}'>{escape(e.description or '')}</td>{self._usage_cells(e.name)}</tr>"
+                for e in entries
             )
-            parts.append(f"<h4>{escape(label)}</h4><table><tbody>{rows}</tbody></table>")
+            parts.append(f"<h4>{escape(label)}</h4><table>{head}<tbody>{rows}</tbody></table>")
         parts.insert(0, f"<p><em>{escape(self._summary())}</em></p>")
         marker = self.listing.marker()
         if marker:
             parts.append(f"<p><strong>{escape(marker)}</strong></p>")
         return "<div class='skills-magic-listing'>" + "".join(parts) + "</div>"
+
+    def _usage_cells(self, name: str) -> str:
+        if self.usage is None:
+            return ""
+        used = self._used(name)
+        return "".join(f"<td style='{CELL_STYLE};text-align:right'>{n}</td>" for n in (used.activations, used.reads, used.runs))
+
+    def _usage_data(self, name: str) -> dict[str, Any]:
+        used = self._used(name)
+        return {} if self.usage is None else {"usage": {"activations": used.activations, "reads": used.reads,
+                                                        "runs": used.runs}}
 
     def data(self) -> dict[str, Any]:
         return {
@@ -83,6 +114,7 @@ class ListingView(View):
                             "folder": self.show(e.skill.folder),
                             "version": e.skill.version,
                             "model_visible": e.skill.model_visible,
+                            **self._usage_data(e.name),
                         }
                         for e in entries
                     ],
@@ -98,7 +130,10 @@ class ListingView(View):
         }
 
     def metadata(self) -> dict[str, Any]:
-        return {} if self.seconds is None else {"seconds": round(self.seconds, 6)}
+        found: dict[str, Any] = {} if self.seconds is None else {"seconds": round(self.seconds, 6)}
+        if self.usage is not None:  # times differ at every re-run: metadata, never the output a notebook compares
+            found["last_used"] = {e.name: self._used(e.name).last_used for e in self.listing.entries()}
+        return found
 
 
 class SkillView(View):
