@@ -39,6 +39,11 @@ def test_verify_benchmark_compares_concurrency_against_one():
     assert "12 agent calls" in out
 
 
+def test_pipeline_benchmark_compares_the_pipeline_with_stages_sequential_and_the_ideal():
+    out = bench("bench_pipeline.py", "--items", "4", "--delay", "0.01")
+    assert "12 agent calls" in out and "stage by stage" in out and "sequential" in out and "x the ideal" in out
+
+
 def test_sandbox_benchmark_compares_sandboxed_and_unsandboxed_runs():
     from skills_magic.safety.sandbox import availability
 
