@@ -8,6 +8,19 @@ from collections.abc import Sequence
 from typing import Any
 
 MAX_PARENT_HOPS = 3  # shown paths may climb this many folders from the cwd before we fall back to ~ or absolute
+APP_NAME = "skills-magic"  # the folder name under the platform's config folder (~/.config/skills-magic on Linux)
+CONFIG_DIR_ENV = "SKILLS_MAGIC_CONFIG_DIR"  # moves the whole config folder: tests and CI never touch the real one
+
+
+def config_dir() -> str:
+    """The user's config folder for skills-magic: $SKILLS_MAGIC_CONFIG_DIR, else the platform's (platformdirs).
+    Trusted policy digests, the user's own policy and price overrides all live here, outside every project."""
+    chosen = os.environ.get(CONFIG_DIR_ENV)
+    if chosen:
+        return os.path.abspath(os.path.expanduser(chosen))
+    from platformdirs import user_config_dir
+
+    return user_config_dir(APP_NAME)
 
 
 def display_path(path: str, cwd: str | None = None) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 
 from skills_magic.errors import SkillsMagicError
+from skills_magic.paths import config_dir
 
 PRICES_CHECKED = "2026-12-01"  # the day the table below was compared with Anthropic's published prices
 PRICES_SOURCE = "https://platform.claude.com/docs/en/about-claude/pricing"
@@ -32,8 +33,6 @@ PER_TOKENS = 1_000_000  # prices are per million tokens
 BATCH_DISCOUNT = 0.5  # Message Batches cost half
 CACHE_WRITE_5M, CACHE_WRITE_1H, CACHE_READ = 1.25, 2.0, 0.1  # the published multipliers of the input price
 PRICES_FILE = "prices.yaml"  # the user's overrides, in the config folder
-CONFIG_DIR_ENV = "SKILLS_MAGIC_CONFIG_DIR"  # as safety/trust.py reads it (models/ may not import safety/)
-APP_NAME = "skills-magic"
 
 
 class PriceError(SkillsMagicError, ValueError):
@@ -80,16 +79,6 @@ PRICES: dict[str, Price] = {
 OVERRIDES: dict[str, Price] = {}  # model id or table key -> price: the user's own (prices.yaml, `%skills price`)
 OVERRIDE_ORIGINS: dict[str, str] = {}  # the same keys -> where each came from (the file's path, or "%skills price")
 _loaded: list[str | None] = []  # the prices.yaml path whose overrides are in OVERRIDES (read once per path)
-
-
-def config_dir() -> str:
-    """The user's config folder, found as safety.trust finds it."""
-    chosen = os.environ.get(CONFIG_DIR_ENV)
-    if chosen:
-        return os.path.abspath(os.path.expanduser(chosen))
-    from platformdirs import user_config_dir
-
-    return user_config_dir(APP_NAME)
 
 
 def prices_path() -> str:

@@ -20,7 +20,6 @@ activation, file read and command, and Claude Code's own `total_cost_usd`.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import shlex
 import shutil
@@ -34,6 +33,7 @@ from skills_magic.models.base import ModelClient, NoModelConfigured, capabilitie
 from skills_magic.models.claude_code import bundled_cli, cli_version
 from skills_magic.runs import fields
 from skills_magic.runs.budget import capped
+from skills_magic.runs.orchestrate import run as in_own_loop
 from skills_magic.runs.result import RunResult, ToolCall, TraceEvent
 from skills_magic.safety.private_copy import private_copy
 from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS
@@ -214,7 +214,7 @@ class ClaudeCodeRun:
 
             stream = Stream(self, on_text, on_event or (lambda kind, value: None))
             options = self._options(environment)
-            _in_own_loop(stream.consume(prompt, options))
+            in_own_loop(stream.consume(prompt, options))
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
         self.result.note = "; ".join(n for n in [*self.notes, self.result.note] if n)
@@ -256,17 +256,6 @@ def loop_for(client: ModelClient):
     from skills_magic.runs.agent import Agent
 
     return ClaudeCodeRun if capabilities(client).harness == "claude-code" else Agent
-
-
-def _in_own_loop(coroutine) -> None:
-    """Run a coroutine to its end from synchronous code, also inside Jupyter (whose thread already has a loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(coroutine)
-        return
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="claude-code") as pool:
-        pool.submit(asyncio.run, coroutine).result()
 
 
 def version_line() -> str:

@@ -242,12 +242,13 @@ T = TypeVar("T")
 
 
 def run(coroutine: Awaitable[T]) -> T:
-    """A coroutine's result from synchronous code, also in Jupyter (whose thread already runs a loop: a thread)."""
+    """A coroutine's result from synchronous code, also in Jupyter (whose thread already runs a loop: a thread).
+    Orchestrations and Claude Code runs both go through it."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coroutine)  # type: ignore[arg-type]
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="orchestra") as pool:
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skills-magic-loop") as pool:
         return pool.submit(asyncio.run, coroutine).result()  # type: ignore[arg-type]
 
 

@@ -17,9 +17,8 @@ from typing import Any, Literal
 
 from skills_magic.clock import utc_now
 from skills_magic.errors import PathError, SkillsMagicError
+from skills_magic.paths import APP_NAME, CONFIG_DIR_ENV, config_dir  # noqa: F401  (re-exported: their home before)
 
-APP_NAME = "skills-magic"  # the folder name under the platform's config folder (~/.config/skills-magic on Linux)
-CONFIG_DIR_ENV = "SKILLS_MAGIC_CONFIG_DIR"  # moves the whole config folder: tests and CI never touch the real one
 TRUST_FILE = "trusted-policies.json"  # in the config folder: {"trusted": {real path: {"sha256", "trusted_at"}}}
 USER_POLICY_FILE = "skills-policy.yaml"  # the user's own policy file in the config folder: full powers, never inert
 STORE_VERSION = 1  # the store's format, written into it so a later format can tell old stores apart
@@ -45,16 +44,6 @@ class NothingToTrust(TrustError, PathError, FileNotFoundError):
     """`%skills trust` where there is no policy file."""
 
     MESSAGE = "there is no {name} at {path}: nothing to trust"
-
-
-def config_dir() -> str:
-    """The user's config folder for skills-magic: $SKILLS_MAGIC_CONFIG_DIR, else the platform's (platformdirs)."""
-    chosen = os.environ.get(CONFIG_DIR_ENV)
-    if chosen:
-        return os.path.abspath(os.path.expanduser(chosen))
-    from platformdirs import user_config_dir
-
-    return user_config_dir(APP_NAME)
 
 
 def user_policy_path() -> str:
