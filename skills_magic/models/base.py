@@ -39,6 +39,26 @@ class ModelClient(Protocol):
         return self
 
 
+class ObservedClient:
+    """A wrapper around `inner` that sees each exchange (`_seen(request, response)`: a cassette, the run log) and
+    passes requests and responses on unchanged."""
+
+    inner: ModelClient
+
+    def _seen(self, request: Request, response: Response) -> None:
+        raise NotImplementedError
+
+    def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
+        response = self.inner.create(request, on_text)
+        self._seen(request, response)
+        return response
+
+    async def acreate(self, request: Request) -> Response:
+        response = await self.inner.acreate(request)
+        self._seen(request, response)
+        return response
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What the protocol says a client can do or holds beyond `create`, with a plain client's defaults filled in."""

@@ -18,7 +18,7 @@ import json
 import os
 from typing import Any
 
-from skills_magic.models.base import ModelClient, ModelError, Request, Response, TextCallback
+from skills_magic.models.base import ModelClient, ModelError, ObservedClient, Request, Response, TextCallback
 
 CASSETTE_VERSION = 1
 SECRET_LABEL = "[redacted:{name}]"  # a masked environment value says which variable it was, so a reader can set it
@@ -58,7 +58,7 @@ class _Placeholders:
         return _replace_strings(redactor(label=SECRET_LABEL).mask_data(value), self.placeholders)
 
 
-class RecordingModel(_Placeholders):
+class RecordingModel(_Placeholders, ObservedClient):
     """Wraps a real client and appends each exchange to a cassette (rewritten whole, so a stopped run keeps its part)."""
 
     def __init__(self, inner: ModelClient, path: str | os.PathLike, keep: int = 0):
@@ -98,20 +98,10 @@ class RecordingModel(_Placeholders):
         """(the cassette, how many exchanges it holds now): where a continued conversation's next cell goes on."""
         return self.path, len(self.exchanges)
 
-    def _record(self, request: Request, response: Response) -> None:
+    def _seen(self, request: Request, response: Response) -> None:
         self.model = request.get("model", self.model)  # the id the requests carry, which a replay must send again
         self.exchanges.append({"request": self._normalize(request), "response": self._normalize(response)})
         self._write()
-
-    def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
-        response = self.inner.create(request, on_text)
-        self._record(request, response)
-        return response
-
-    async def acreate(self, request: Request) -> Response:
-        response = await self.inner.acreate(request)
-        self._record(request, response)
-        return response
 
 
 def read_cassette(path: str) -> tuple[str | None, list[dict[str, Any]]]:

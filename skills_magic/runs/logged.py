@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from skills_magic.models.base import ModelClient, Request, Response, TextCallback, capabilities
+from skills_magic.models.base import ModelClient, ObservedClient, Request, Response, capabilities
 
 
-class Capture:
+class Capture(ObservedClient):
     """`inner`, keeping every request it was sent and every response it gave (`requests`, `responses`); every
     other attribute (name, harness, placeholders, a cassette's position) is the inner client's."""
 
@@ -30,7 +30,7 @@ class Capture:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def _keep(self, request: Request, response: Response) -> None:
+    def _seen(self, request: Request, response: Response) -> None:
         messages = list(request.get("messages") or [])
         earlier = self._sent if len(messages) >= self._sent else 0  # fewer: a new conversation on the same client
         kept = {key: value for key, value in request.items() if key != "messages"}
@@ -40,16 +40,6 @@ class Capture:
         self.requests.append(kept)
         self.responses.append(response)
         self._sent = len(messages)
-
-    def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
-        response = self.inner.create(request, on_text)
-        self._keep(request, response)
-        return response
-
-    async def acreate(self, request: Request) -> Response:
-        response = await self.inner.acreate(request)
-        self._keep(request, response)
-        return response
 
 
 def _tool_call(call) -> dict[str, Any]:
