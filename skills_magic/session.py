@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from skills_magic.errors import NotASkillSource, SourceNotFound
 from skills_magic.models import base, choice
@@ -23,9 +23,10 @@ from skills_magic.records.audit import AuditLog
 from skills_magic.records.db import Database, resolve_path
 from skills_magic.records.ledger import Ledger, NoPlan, plan_name
 from skills_magic.runs import (conversation, eval_plan, eval_saved, evals, experiment, fields, improve, learn, logged,
-                               notebooks, pytools, script_tool, voting)
+                               notebooks, pytools, research, script_tool, voting)
 from skills_magic.runs import inputs as kernel_inputs
 from skills_magic.runs import verify as v  # the constants a verification's options default to
+from skills_magic.runs.result import RunResult
 from skills_magic.runs.experiment import LEDGER_METADATA_KEY, LEDGER_OUTPUT_CHARS  # noqa: F401  (re-exported)
 from skills_magic.runs.script_tool import MAX_LISTED_OUTPUTS, MAX_TOOL_RESULT_CHARS  # noqa: F401  (re-exported)
 from skills_magic.safety import controls, requests, status
@@ -41,9 +42,6 @@ from skills_magic.skills.listing import DEFAULT_BUDGET_CHARS, Listing, ListingCa
 from skills_magic.skills.skill import Diagnostic, Skill
 from skills_magic.skills.validate import Verdict, validate_target
 from skills_magic.skills.writing import WRITE_FOLDER
-
-if TYPE_CHECKING:
-    from skills_magic.runs.agent import RunResult
 
 RUNS_FOLDER = os.path.join(".skills", "runs")  # each sandboxed run's scratch folder (its outputs stay there)
 
@@ -232,14 +230,14 @@ class SkillsSession:
     def verify(self, claims, *, votes: int | None = None, refutations: int | None = None, concurrency: int | None = None,
                model: str | None = None, voters: Sequence[str] = (), timeout: float | None = None,
                max_claims: int | None = None, ledger_plan: str | None = None, on_vote=None, on_ready=None,
-               max_cost: float | None = None, on_estimate=None):
-        """Verify claims by adversarial votes, concurrently in a worker thread's event loop; `voters` as
-        `voting.seats` takes them. KeyboardInterrupt cancels the run and keeps the votes already in."""
+               max_cost: float | None = None, on_estimate=None, web=None):
+        """Verify claims by adversarial votes, concurrently in a worker thread; `voters` as `voting.seats` takes them,
+        `web` (WebTools) the model voters' web tools. KeyboardInterrupt cancels the run, keeping the votes in."""
         if ledger_plan:
             plan_name(ledger_plan)  # a bad plan name is refused before any vote is spent
         n_votes = votes or v.VOTES_PER_CLAIM
         model_seat = voting.one_model_voter(lambda: base.for_new_loop(self.client()),
-                                            lambda client: self.resolve_model_id(client, model, None))
+                                            lambda client: self.resolve_model_id(client, model, None), web)
         chosen = voting.seats(voters, n_votes, model_seat, self.skill, self.gate())
         options = {"votes_per_claim": n_votes, "refutations_required": refutations or v.REFUTATIONS_REQUIRED,
                    "concurrency": concurrency or v.CONCURRENCY, "timeout": timeout or v.VOTE_TIMEOUT_SECONDS,
@@ -251,6 +249,11 @@ class SkillsSession:
         if ledger_plan:
             voting.record_outcomes(self.ledger, self.use_plan(ledger_plan), result, n_votes)
         return result
+
+    def research(self, subject, *, model: str | None = None, **options):
+        """`%%skill research` (a question) or `reverify` (a list of claims): the deep-research workflow (runs.research)."""
+        client = self.client()
+        return research.run_research(client, self.resolve_model_id(client, model), subject, run_log=self.runs, **options)
 
     def improve(self, name: str, path: str, **options):
         """`%skills improve NAME PROMPTS`: description variants, chosen on a training split, judged on the held-out one."""
@@ -328,9 +331,7 @@ class SkillsSession:
 
     def ledger_check(self, notebook: str | None = None, db: str | None = None, plan: str | None = None):
         """Each plan's open predictions, from an executed notebook's outputs or the database (read-only)."""
-        plan = plan_name(plan) if plan else None
-        found = ledger_check.check_notebook(notebook) if notebook else ledger_check.check_database(db or resolve_path(self.cwd))
-        return found.only(plan)
+        return ledger_check.check(notebook, db or resolve_path(self.cwd), plan_name(plan) if plan else None)
 
     def ledger_export(self, db: str | None = None, plan: str | None = None, fmt: str = "jsonl") -> list[str]:
         return ledger_check.export_lines(db or resolve_path(self.cwd), plan_name(plan) if plan else None, fmt)

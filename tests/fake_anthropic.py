@@ -50,6 +50,41 @@ def tool_use_block(name: str, input: dict[str, Any], id: str | None = None) -> d
     return {"type": "tool_use", "id": id or f"toolu_fake_{next(_ids):04d}", "name": name, "input": input}
 
 
+def server_tool_use_block(name: str, input: dict[str, Any], id: str | None = None) -> dict[str, Any]:
+    """A server tool call (web_search, web_fetch) as the API returns it: the server runs it, not the client."""
+    return {"type": "server_tool_use", "id": id or f"srvtoolu_fake_{next(_ids):04d}", "name": name, "input": input}
+
+
+def web_search_result(url: str, title: str, page_age: str | None = None) -> dict[str, Any]:
+    """One search hit, with the opaque encrypted_content the API sends (it must go back as is on a continuation)."""
+    result = {"type": "web_search_result", "url": url, "title": title,
+              "encrypted_content": f"EncContent{next(_ids):04d}=="}
+    return {**result, "page_age": page_age} if page_age is not None else result
+
+
+def web_search_tool_result_block(tool_use_id: str, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "web_search_tool_result", "tool_use_id": tool_use_id, "content": [dict(r) for r in results]}
+
+
+def web_search_error_block(tool_use_id: str, code: str) -> dict[str, Any]:
+    """A failed search (e.g. max_uses_exceeded): the result's content is an error object, not a list."""
+    return {"type": "web_search_tool_result", "tool_use_id": tool_use_id,
+            "content": {"type": "web_search_tool_result_error", "error_code": code}}
+
+
+def web_fetch_tool_result_block(tool_use_id: str, url: str, text: str, title: str) -> dict[str, Any]:
+    """A fetched page: a plain-text document with citations on, as web_fetch_20250910 returns it."""
+    return {"type": "web_fetch_tool_result", "tool_use_id": tool_use_id, "content": {
+        "type": "web_fetch_result", "url": url, "retrieved_at": "2026-12-01T10:00:00Z",
+        "content": {"type": "document", "title": title, "citations": {"enabled": True},
+                    "source": {"type": "text", "media_type": "text/plain", "data": text}}}}
+
+
+def cited_text_block(text: str, citations: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A text block with its citations (web_search_result_location, char_location, ...)."""
+    return {"type": "text", "text": text, "citations": [dict(c) for c in citations]}
+
+
 def usage(input_tokens: int = 0, output_tokens: int = 0, cache_creation_input_tokens: int = 0,
           cache_read_input_tokens: int = 0) -> dict[str, int]:
     return {"input_tokens": input_tokens, "output_tokens": output_tokens,

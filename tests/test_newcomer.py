@@ -279,7 +279,7 @@ def test_lint_of_everything_lists_the_skipped_skill_with_why(broken):
     lines = view.text().splitlines()
     [skipped] = [line for line in lines if line.startswith("bad-yaml:")]
     assert re.match(r"bad-yaml: skipped, not linted: skills/bad-yaml/SKILL\.md:\d+: \[yaml-error\] ", skipped)
-    assert re.fullmatch(r"\d of 6 descriptions clean; 1 skill skipped by the catalog", lines[-1]), lines[-1]
+    assert re.fullmatch(r"\d of 7 descriptions clean; 1 skill skipped by the catalog", lines[-1]), lines[-1]
     assert list(view.data()["skipped"]) == ["bad-yaml"]
 
 
@@ -329,9 +329,9 @@ def test_list_of_one_source_counts_that_sources_skills(skills, folder):
     run_skills("add mine")
 
     view = run_skills("list --source session")
-    assert view.text().splitlines()[0].startswith("1 skill from session, of 6 in the catalog (")
+    assert view.text().splitlines()[0].startswith("1 skill from session, of 7 in the catalog (")
     assert [e.name for _, entries in view.listing.groups for e in entries] == ["only-one"]
-    assert run_skills("list").text().startswith("6 skills (")
+    assert run_skills("list").text().startswith("7 skills (")
 
 
 def test_a_path_in_home_far_from_the_notebook_is_shown_from_home(tmp_path, monkeypatch):

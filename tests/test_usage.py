@@ -194,7 +194,7 @@ def test_skills_list_by_usage_drops_the_least_used_descriptions_first_and_says_s
     assert described(default)["csv-profile"] is False  # the default drops from the end: bundled skills go first
     assert described(ordered)["csv-profile"] and described(ordered)["alpha"]  # the used keep theirs
     gone = {name for name, shown in described(ordered).items() if not shown}
-    assert "claim-verification" in gone and gone <= {"beta", "claim-verification", "lab-notebook-entry",
+    assert "claim-verification" in gone and gone <= {"beta", "claim-verification", "deep-research", "lab-notebook-entry",
                                                      "scientific-method", "source-verification"}  # never used
     assert BY_USAGE_NOTE in ordered.text().splitlines()[-1] and BY_USAGE_NOTE not in default.text()
     assert roomy[0] == roomy[1]  # nothing dropped: the same listing

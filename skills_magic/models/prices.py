@@ -33,6 +33,7 @@ PER_TOKENS = 1_000_000  # prices are per million tokens
 BATCH_DISCOUNT = 0.5  # Message Batches cost half
 CACHE_WRITE_5M, CACHE_WRITE_1H, CACHE_READ = 1.25, 2.0, 0.1  # the published multipliers of the input price
 PRICES_FILE = "prices.yaml"  # the user's overrides, in the config folder
+WEB_SEARCH_USD_PER_REQUEST = 0.01  # server web search: $10 per 1,000 searches (web fetch costs only its tokens)
 
 
 class PriceError(SkillsMagicError, ValueError):
@@ -109,7 +110,8 @@ def price_of(model_id: str | None) -> Price | None:
 def cost_of(model_id: str | None, usage: Mapping[str, int], *, batch: bool = False) -> float | None:
     """The dollars of one usage (the API's token counts) at `model_id`'s price; None for a model with no price.
     Cache writes are 5-minute ones unless the usage says how many were 1-hour (`cache_creation.ephemeral_1h_input_tokens`
-    as the API reports it, or `cache_creation_1h_input_tokens`)."""
+    as the API reports it, or `cache_creation_1h_input_tokens`). Each server web search (`server_tool_use.
+    web_search_requests`) adds WEB_SEARCH_USD_PER_REQUEST."""
     price = price_of(model_id)
     if price is None:
         return None
@@ -119,7 +121,9 @@ def cost_of(model_id: str | None, usage: Mapping[str, int], *, batch: bool = Fal
     dollars = (int(usage.get("input_tokens") or 0) * price.input + int(usage.get("output_tokens") or 0) * price.output
                + max(written - hour, 0) * price.cache_write_5m + hour * price.cache_write_1h
                + int(usage.get("cache_read_input_tokens") or 0) * price.cache_read) / PER_TOKENS
-    return dollars * (price.batch if batch else 1.0)
+    server = usage.get("server_tool_use") if isinstance(usage.get("server_tool_use"), Mapping) else {}
+    searches = int(server.get("web_search_requests") or 0) * WEB_SEARCH_USD_PER_REQUEST  # no batch discount on these
+    return dollars * (price.batch if batch else 1.0) + searches
 
 
 def _number(name: str, value: object, where: str) -> float:

@@ -8,6 +8,14 @@ A turn is one of:
   - in Python, also a callable `turn(request) -> turn`, to answer from what the model was sent.
 `stop_reason` defaults to `tool_use` when the turn has tool calls, else `end_turn`.
 
+A mapping turn may also use the server web tools over a local web (`models.local_web`: `ScriptedModel(web=...)`, or
+`web: FOLDER` in a turns file that is a mapping, relative to the file): `web_search` (a list of queries), `web_fetch`
+(a list of urls) and `cite` (a list of urls, or {url, text} quoting the page). The content is then the searches'
+blocks, then the fetches' (each `server_tool_use` with its result), then `text` carrying the citations, then the
+`tool_use` calls; `usage.server_tool_use` counts them. The request must offer the tools it uses. A turn with more
+than PAUSE_AFTER_SERVER_USES uses stops with `pause_turn` after that many; the continuation request (the paused
+content appended as the assistant's) gets the rest without using another turn.
+
 A turn with `when` (a string or a list of strings) answers the first request whose JSON contains all of them, in
 any order of calls: concurrent callers (verification votes) then get the same answers on every run. `delay`
 (seconds) makes `acreate` wait that long first, like a model taking its time.
@@ -29,9 +37,13 @@ from typing import Any
 
 from skills_magic.errors import SkillsMagicError
 from skills_magic.models.base import ModelError, Request, Response, TextCallback
+from skills_magic.models.local_web import (LocalWeb, LocalWebError, citations, paused_at, server_blocks,
+                                           split_at_pauses, tool_use_ids)
 from skills_magic.paths import display_path
 
 Turn = str | dict[str, Any] | Callable[[Request], Any]
+WEB_KEYS = ("web_search", "web_fetch", "cite")  # a turn's keys that need the local web
+WEB_KEYS_HOLD = {"web_search": "queries", "web_fetch": "urls", "cite": "urls or {url, text} quotes"}  # for errors
 
 
 class TurnsError(SkillsMagicError, ValueError):
@@ -40,6 +52,11 @@ class TurnsError(SkillsMagicError, ValueError):
 
 def load_turns(path: str | os.PathLike) -> list[Turn]:
     """Turns from a .json, .yaml or .yml file: a list, or a mapping with a `turns` list."""
+    return load_script(path)[0]
+
+
+def load_script(path: str | os.PathLike) -> tuple[list[Turn], LocalWeb | None]:
+    """The turns of a file, and the local web its mapping names with `web: FOLDER` (relative to the file)."""
     from skills_magic.datafiles import read_yaml_or_json
 
     path = os.fspath(path)
@@ -47,10 +64,37 @@ def load_turns(path: str | os.PathLike) -> list[Turn]:
     turns = data.get("turns") if isinstance(data, dict) else data
     if not isinstance(turns, list):
         raise TurnsError(f"{path}: expected a list of turns, or a mapping with a `turns` list")
-    return turns
+    folder = data.get("web") if isinstance(data, dict) else None
+    if folder is not None and not isinstance(folder, str):
+        raise TurnsError(f"{path}: `web` names a folder of pages, not {type(folder).__name__}")
+    return turns, (LocalWeb.from_folder(os.path.join(os.path.dirname(path), folder)) if folder else None)
 
 
-def _message(turn: Any, index: int, model: str) -> Response:
+def _web_part(turn: dict[str, Any], index: int, request: Request | None, web: LocalWeb | None):
+    """A turn's server blocks, its text's citations and the usage's server_tool_use counts (None without web keys)."""
+    if not any(key in turn for key in WEB_KEYS):
+        return [], [], None
+    used = next(key for key in WEB_KEYS if key in turn)
+    if web is None:
+        raise TurnsError(f"turn {index} uses {used} but the scripted model has no local web: give "
+                         "ScriptedModel(web=LocalWeb...) or `web: FOLDER` in the turns file")
+    lists = {}
+    for key in WEB_KEYS:
+        value = turn.get(key) or []
+        lists[key] = [value] if isinstance(value, (str, dict)) else value
+        kinds = (str, dict) if key == "cite" else str
+        if not isinstance(lists[key], list) or not all(isinstance(v, kinds) for v in lists[key]):
+            raise TurnsError(f"turn {index}: {key} is a list of {WEB_KEYS_HOLD[key]}")
+    if lists["cite"] and not turn.get("text"):
+        raise TurnsError(f"turn {index}: cite needs the text that carries the citations")
+    try:
+        blocks, usage = server_blocks(request or {}, web, lists["web_search"], lists["web_fetch"], tool_use_ids(index))
+        return blocks, citations(web, blocks, lists["cite"]), usage
+    except LocalWebError as error:
+        raise TurnsError(f"turn {index}: {error}") from None
+
+
+def _message(turn: Any, index: int, model: str, request: Request | None = None, web: LocalWeb | None = None) -> Response:
     if isinstance(turn, str):
         turn = {"text": turn}
     if not isinstance(turn, dict):
@@ -59,11 +103,11 @@ def _message(turn: Any, index: int, model: str) -> Response:
         error = turn["error"] or {}
         raise ModelError(str(error.get("message", "scripted failure")), error.get("status"), str(error.get("kind", "error")))
     if "content" in turn:
-        content = list(turn["content"])
+        content, server_usage = list(turn["content"]), None
     else:
-        content = []
+        content, cited, server_usage = _web_part(turn, index, request, web)
         if turn.get("text"):
-            content.append({"type": "text", "text": str(turn["text"])})
+            content.append({"type": "text", "text": str(turn["text"]), **({"citations": cited} if cited else {})})
         for number, call in enumerate(turn.get("tool_use") or [], 1):
             if not isinstance(call, dict) or "name" not in call:
                 raise TurnsError(f"turn {index}: a tool_use needs a name")
@@ -82,7 +126,8 @@ def _message(turn: Any, index: int, model: str) -> Response:
         "content": content,
         "stop_reason": turn.get("stop_reason") or ("tool_use" if has_tools else "end_turn"),
         "stop_sequence": turn.get("stop_sequence"),
-        "usage": dict(turn.get("usage") or {"input_tokens": 0, "output_tokens": 0}),
+        "usage": {**(turn.get("usage") or {"input_tokens": 0, "output_tokens": 0}),
+                  **({"server_tool_use": server_usage} if server_usage else {})},
     }
 
 
@@ -93,8 +138,9 @@ class ScriptedModel:
     billed = False  # answers from a file or a function: nothing is spent
 
     def __init__(self, turns: Sequence[Turn] = (), model: str = "scripted", source: str | None = None,
-                 responder: Callable[[Request], Any] | None = None):
+                 responder: Callable[[Request], Any] | None = None, web: LocalWeb | None = None):
         self.turns = list(turns)
+        self.web = web  # the pages the turns' web_search and web_fetch see
         self.responder = responder  # answers every request once the declared turns are used up
         self.model = model
         self.source = source
@@ -102,10 +148,12 @@ class ScriptedModel:
         self._used: set[int] = set()
         self._first_request = 0  # requests before the last rewind() do not count in "request N"
         self._lock = threading.Lock()  # concurrent callers (votes in threads) take distinct turns
+        self._paused: dict[str, Response] = {}  # what follows a paused answer, by the id of its last server block
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> ScriptedModel:
-        return cls(load_turns(path), source=os.fspath(path))
+        turns, web = load_script(path)
+        return cls(turns, source=os.fspath(path), web=web)
 
     @property
     def remaining(self) -> int:
@@ -115,6 +163,7 @@ class ScriptedModel:
         """Every declared turn unused again: the script starts over (the requests seen so far are kept)."""
         with self._lock:
             self._used.clear()
+            self._paused.clear()
             self._first_request = len(self.requests)
 
     def _start_again(self) -> str:
@@ -147,11 +196,32 @@ class ScriptedModel:
         raise ModelError(f"the script has no turn left for request {len(self.requests) - self._first_request} "
                          f"({len(self.turns)} turns declared); {self._start_again()}", kind="script")
 
+    def _continued(self, request: Request) -> Response | None:
+        """The rest of a paused answer, when the request continues one (its assistant content ends where it paused)."""
+        messages = request.get("messages") or []
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        key = paused_at(last.get("content")) if last.get("role") == "assistant" else None
+        with self._lock:
+            following = self._paused.pop(key, None) if key else None
+            if following is not None:
+                self.requests.append(request)
+        return following
+
+    def _answer(self, turn: Any, index: int, request: Request) -> Response:
+        """The turn's message, or its first part when it pauses (the later parts wait for their continuations)."""
+        parts = split_at_pauses(_message(turn, index + 1, self.model, request, self.web))
+        with self._lock:
+            for part, following in zip(parts, parts[1:]):
+                self._paused[paused_at(part["content"])] = following
+        return parts[0]
+
     def create(self, request: Request, on_text: TextCallback | None = None) -> Response:
-        index, turn = self._next(request)
-        if callable(turn):
-            turn = turn(request)
-        message = _message(turn, index + 1, self.model)
+        message = self._continued(request)
+        if message is None:
+            index, turn = self._next(request)
+            if callable(turn):
+                turn = turn(request)
+            message = self._answer(turn, index, request)
         if on_text is not None:
             for block in message["content"]:
                 if block.get("type") == "text":
@@ -159,13 +229,16 @@ class ScriptedModel:
         return message
 
     async def acreate(self, request: Request) -> Response:
+        continued = self._continued(request)
+        if continued is not None:
+            return continued
         index, turn = self._next(request)
         delay = turn.get("delay") if isinstance(turn, dict) else None
         if delay:
             await asyncio.sleep(float(delay))
         if callable(turn):
             turn = turn(request)
-        return _message(turn, index + 1, self.model)
+        return self._answer(turn, index, request)
 
 
 FORCED_MARK = "go through <available_skills>"  # the forced-evaluation preamble of evals.FORCED_PREAMBLE

@@ -1,5 +1,5 @@
 """Live outputs built on ipywidgets (imported only here): a background run with Allow/Deny permission prompts, the
-live vote board of a verification, and the progress bar of an eval.
+live vote board of a verification, the stage board of a research run, and the progress bar of an eval.
 
 A cell that is still executing cannot receive a button click (the kernel handles one message at a time, and
 jupyter-ui-poll does not work on ipykernel 7), so a run that may ask runs in a worker thread: the cell returns at
@@ -133,6 +133,37 @@ class VoteBoard:
         with self._lock:
             if claims is not None:
                 self.claims = list(claims)
+            self.html.value = self._render(summary)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return self.html._repr_mimebundle_(include=include, exclude=exclude)
+
+
+class StageBoard:
+    """A live board of an orchestration's stages (a research run's): each stage's items started, done and abstained,
+    redrawn as they change, from the worker thread that runs the calls."""
+
+    def __init__(self):
+        from skills_magic.runs.orchestrate import Board
+
+        self.board = Board()
+        self.html = widgets.HTML(self._render("starting…"))
+        self._lock = threading.Lock()
+
+    def _render(self, summary: str) -> str:
+        from skills_magic.notebook.views.research import board_html
+
+        return board_html(self.board.stages, summary)
+
+    def hear(self, kind: str, data) -> None:
+        """`on_event` of an orchestration."""
+        with self._lock:
+            self.board.hear(kind, data)
+            self.html.value = self._render(f"{plural(self.board.running, 'agent')} running")
+
+    def finish(self, board, summary: str) -> None:
+        with self._lock:
+            self.board = board
             self.html.value = self._render(summary)
 
     def _repr_mimebundle_(self, include=None, exclude=None):

@@ -54,6 +54,11 @@ def read_only_ledger(path: str) -> Ledger | None:
         raise LedgerUnreadable(f"cannot read the ledger in {path}: {error}") from None
 
 
+def check(notebook: str | None, database: str, plan: str | None = None) -> LedgerCheck:
+    """Each plan's open predictions (only `plan`'s when given): from an executed notebook's outputs, else the database."""
+    return (check_notebook(notebook) if notebook else check_database(database)).only(plan)
+
+
 def check_database(path: str) -> LedgerCheck:
     ledger = read_only_ledger(path)
     if ledger is None:

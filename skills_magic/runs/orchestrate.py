@@ -10,6 +10,11 @@ before each call and settled after it, the run log (one "vote"-kind row per call
 usage, cost, outcome and exchange) and `on_event(kind, data)` for a live board. `pipeline(items, s1, s2)` moves each
 item on to s2 as soon as its s1 is done; `BARRIER` between stages holds everything until every item has left the
 stages before it (a claim pool must be complete before it is ranked). Results come back in input order.
+
+A stage given `web` (models.web_tools.WebTools) may also use the API's server-side web search and fetch: its tool
+choice is then `auto` (a forced tool cannot search first), a `pause_turn` is continued (each part one request,
+under the cap), and what it cited and consulted is kept in `Orchestra.found[(stage, item)]`. Every call is a line of
+`Orchestra.trace` and a run log row; `Board` counts each stage's items as they start and finish, for a live board.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from skills_magic.models.base import ModelError, capabilities, for_new_loop, usage_of
+from skills_magic.models import web_tools
 from skills_magic.models.prices import cost_of
 from skills_magic.runs.budget import Budget, CapReached
 
@@ -72,11 +78,14 @@ class Stage(Generic[In, Out]):
     schema: type[Out]
     system: str = ""
     max_tokens: int = STAGE_MAX_TOKENS
-    fan_out: Callable[[Out], Iterable[Any]] | None = None
+    fan_out: Callable[[Any], Iterable[Any]] | None = None
+    carry: Callable[[In, Out], Any] | None = None  # what flows on from an item and its answer (else the answer)
+    web: web_tools.WebTools | None = None  # the API's server-side web search / fetch, offered beside the tool
+    tool: str = ""  # the answer tool's name, where it is not record_<name> (voters answer with record_verdict)
 
     @property
     def tool_name(self) -> str:
-        return (TOOL_PREFIX + re.sub(r"[^A-Za-z0-9_-]", "_", self.name))[:64]
+        return self.tool or (TOOL_PREFIX + re.sub(r"[^A-Za-z0-9_-]", "_", self.name))[:64]
 
     def request(self, model_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
         tool = {"name": self.tool_name, "description": f"Record your answer for {self.name}.",
@@ -85,7 +94,7 @@ class Stage(Generic[In, Out]):
                                    "tools": [tool], "tool_choice": {"type": "tool", "name": self.tool_name}}
         if self.system:
             request["system"] = self.system
-        return request
+        return web_tools.offer(request, self.web)
 
     def read(self, response: dict[str, Any]) -> Out:
         """The answer as a schema instance; _Malformed saying what is wrong with it."""
@@ -101,7 +110,7 @@ class Stage(Generic[In, Out]):
 
 def retry_turns(response: dict[str, Any], problem: str) -> list[dict[str, Any]]:
     """The assistant's malformed answer and the user's reply telling it what was wrong (a tool_result to a call)."""
-    content = [b for b in response.get("content") or [] if b.get("type") in ("text", "tool_use")]
+    content = list(response.get("content") or [])  # as received: server blocks and thinking go back as they came
     calls = [b for b in content if b.get("type") == "tool_use"]
     reply: list[dict[str, Any]] = [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True, "content": problem}
                                    for c in calls] or [{"type": "text", "text": problem}]
@@ -113,8 +122,26 @@ Step = Stage | Callable[[Any], Awaitable[Any]]  # a plain async function: nested
 
 
 @dataclass
+class Board:
+    """What a live board shows: per stage (in the order stages first start), its items started, done, abstained."""
+
+    stages: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def hear(self, kind: str, data: dict[str, Any]) -> None:
+        counts = self.stages.setdefault(data["stage"], {"started": 0, "done": 0, "abstained": 0})
+        if kind == "started":
+            counts["started"] += 1
+        elif kind == "finished":
+            counts["abstained" if data.get("abstained") else "done"] += 1
+
+    @property
+    def running(self) -> int:
+        return sum(c["started"] - c["done"] - c["abstained"] for c in self.stages.values())
+
+
+@dataclass
 class Orchestra:
-    """The calls of one orchestration: a shared concurrency limit, cost cap, run log and event hook."""
+    """The calls of one orchestration: a shared concurrency limit, cost cap, run log, trace and event hook."""
 
     client: Any
     model_id: str
@@ -122,10 +149,15 @@ class Orchestra:
     budget: Budget | None = None
     run_log: Any = None
     on_event: Callable[[str, dict[str, Any]], None] | None = None
-    calls: int = 0  # agent calls made (retries included; a call the cap refused is not one)
+    calls: int = 0  # model requests made (retries and pause_turn continuations included; refused ones are not)
+    agent_calls: int = 0  # stage invocations that made at least one request: the unit of the seed's cost formula
     usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), 0))
+        ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+         "web_search_requests", "web_fetch_requests"), 0))
     cost_usd: float = 0.0
+    board: Board = field(default_factory=Board)
+    trace: list[dict[str, Any]] = field(default_factory=list)  # one entry per request: stage, item, outcome, tokens
+    found: dict[tuple[str, str], dict[str, list]] = field(default_factory=dict)  # web evidence by (stage, item)
     _loop: Any = field(default=None, repr=False)
     _semaphore: Any = field(default=None, repr=False)
     _loop_client: Any = field(default=None, repr=False)
@@ -139,12 +171,24 @@ class Orchestra:
         return self._semaphore, self._loop_client
 
     def _emit(self, kind: str, data: dict[str, Any]) -> None:
+        self.board.hear(kind, data)
         if self.on_event is not None:
             self.on_event(kind, data)
 
-    async def parallel(self, items: Iterable[Any], stage: Step) -> list[Any]:
-        """Each item through `stage` at once (under the shared limit); the results in input order."""
-        return list(await asyncio.gather(*(self._step(stage, item, str(i)) for i, item in enumerate(items))))
+    @property
+    def stopped(self) -> str:
+        """Why the cap refused a call ("" while none was refused)."""
+        return self.budget.stopped if self.budget is not None else ""
+
+    async def one(self, stage: Stage, item: Any, key: str = "0") -> Any:
+        """One item through one stage: its answer (or carried value), or an Abstention."""
+        return await self._step(stage, item, key)
+
+    async def parallel(self, items: Iterable[Any], stage: Step, key: str = "") -> list[Any]:
+        """Each item through `stage` at once (under the shared limit); the results in input order. `key` names a
+        nested call's items apart (`KEY.0`, `KEY.1`...) in the trace, the run log and `found`."""
+        prefix = f"{key}." if key else ""
+        return list(await asyncio.gather(*(self._step(stage, item, f"{prefix}{i}") for i, item in enumerate(items))))
 
     async def pipeline(self, items: Iterable[Any], *stages: Step | _Barrier) -> list[Any]:
         """Each item on to the next stage as soon as its stage is done; at BARRIER every item waits for the rest.
@@ -180,31 +224,58 @@ class Orchestra:
         self._emit("started", {"stage": name, "item": key})
         answer = await self._ask(stage, item, key)
         self._emit("finished", {"stage": name, "item": key, "result": answer, "abstained": isinstance(answer, Abstention)})
+        if stage.carry is not None and not isinstance(answer, Abstention):
+            return stage.carry(item, answer)
         return answer
 
     async def _ask(self, stage: Stage, item: Any, key: str) -> Any:
         """The stage's answer for one item, retried once when malformed; an Abstention when there is none."""
         messages: list[dict[str, Any]] = [{"role": "user", "content": stage.prompt(item)}]
-        problem = ""
-        for attempt in range(1, ATTEMPTS + 1):
-            request = stage.request(self.model_id, messages)
-            try:
-                response, row = await self._call(request, stage.name, key, attempt)
-            except (CapReached, ModelError) as error:
-                return Abstention(stage.name, item, str(error))
-            try:
-                answer = stage.read(response)
-            except _Malformed as malformed:
-                problem = str(malformed)
-                self._log(row, "malformed", problem)
-                messages = [*messages, *retry_turns(response, problem)]
-                continue
-            self._log(row, "answered", None)
-            return answer
-        return Abstention(stage.name, item, f"malformed twice: {problem}")
+        problem, made = "", [0]  # made: requests this agent sent (its run log rows), however it ends
+        try:
+            for attempt in range(1, ATTEMPTS + 1):
+                request = stage.request(self.model_id, messages)
+                try:
+                    response, rows = await self._turn(request, stage.name, key, attempt, made)
+                except (CapReached, ModelError) as error:
+                    return Abstention(stage.name, item, str(error))
+                if stage.web is not None:
+                    self.found[(stage.name, key)] = {"citations": web_tools.evidence(response["content"]),
+                                                     "consulted": web_tools.consulted(response["content"])}
+                try:
+                    if response.get("stop_reason") == "pause_turn":
+                        raise _Malformed(f"the turn was still paused after {web_tools.MAX_CONTINUATIONS} "
+                                         f"continuations: answer now by calling {stage.tool_name}")
+                    answer = stage.read(response)
+                except _Malformed as malformed:
+                    problem = str(malformed)
+                    self._record(rows, "malformed", problem)
+                    messages = [*messages, *retry_turns(response, problem)]
+                    continue
+                self._record(rows, "answered", None)
+                return answer
+            return Abstention(stage.name, item, f"malformed twice: {problem}")
+        finally:
+            self.agent_calls += 1 if made[0] else 0
 
-    async def _call(self, request: dict[str, Any], stage: str, key: str, attempt: int) -> tuple[dict[str, Any], dict]:
-        """One agent call under the shared limit and the cap (CapReached: it was not made); its run log fields."""
+    async def _turn(self, request: dict[str, Any], stage: str, key: str, attempt: int, made: list[int]
+                    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """One answer: a request and its pause_turn continuations (each one call under the limit and the cap), the
+        parts merged into one response; the run log row of each part."""
+        parts: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        while True:
+            parts.append(await self._call(request, stage, key, attempt, made))
+            following = web_tools.continuation(request, parts[-1][0])
+            if following is None or len(parts) > web_tools.MAX_CONTINUATIONS:
+                responses = [response for response, _row in parts]
+                return (web_tools.merged(responses) if len(parts) > 1 else responses[0]), [row for _r, row in parts]
+            self._record([parts[-1][1]], "paused", None)
+            parts[-1] = (parts[-1][0], {})  # recorded already
+            request = following
+
+    async def _call(self, request: dict[str, Any], stage: str, key: str, attempt: int, made: list[int]
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One model request under the shared limit and the cap (CapReached: it was not made); its run log fields."""
         semaphore, client = self._here()
         row: dict[str, Any] = {"label": f"stage:{stage}", "model": self.model_id,
                                "harness": capabilities(self.client).harness, "requests": [request],
@@ -212,26 +283,35 @@ class Orchestra:
         async with semaphore:
             held = self.budget.reserve(self.model_id, request) if self.budget is not None else 0.0
             started = time.perf_counter()
+            made[0] += 1
             try:
                 response = await client.acreate(request)
             except ModelError as error:
                 if self.budget is not None:
                     self.budget.settle(held, self.model_id, None)
-                self._log({**row, "seconds": time.perf_counter() - started}, "error", str(error))
+                self._record([{**row, "seconds": time.perf_counter() - started}], "error", str(error))
                 raise
-        usage = usage_of(response)
+        raw_usage = response.get("usage") or {}
+        usage = {**usage_of(response), **web_tools.server_uses(raw_usage)}
         self.calls += 1
         for name, count in usage.items():
-            self.usage[name] += count
-        cost = self.budget.settle(held, self.model_id, usage) if self.budget is not None else cost_of(self.model_id, usage)
+            self.usage[name] = self.usage.get(name, 0) + count
+        cost = self.budget.settle(held, self.model_id, raw_usage) if self.budget is not None else cost_of(self.model_id, raw_usage)
         self.cost_usd += cost or 0.0
         return response, {**row, "seconds": time.perf_counter() - started, "usage": usage, "cost_usd": cost,
                           "responses": [response]}
 
-    def _log(self, row: dict[str, Any], outcome: str, error: str | None) -> None:
-        """One run log row per agent call (kind "vote": its columns are exactly a call's), when there is a log."""
-        if self.run_log is not None:
-            self.run_log.record("vote", **row, outcome=outcome, error=error)
+    def _record(self, rows: list[dict[str, Any]], outcome: str, error: str | None) -> None:
+        """Each request's trace line, and its run log row (kind "vote": its columns are exactly a call's)."""
+        for row in rows:
+            if not row:
+                continue
+            data, usage = row["data"], row.get("usage") or {}
+            self.trace.append({"stage": data["stage"], "item": data["item"], "attempt": data["attempt"],
+                               "outcome": outcome, "error": error, "seconds": row.get("seconds", 0.0),
+                               "cost_usd": row.get("cost_usd"), **usage})
+            if self.run_log is not None:
+                self.run_log.record("vote", **row, outcome=outcome, error=error)
 
 
 def _plain(tree: Any) -> Any:
@@ -252,4 +332,4 @@ def run(coroutine: Awaitable[T]) -> T:
         return pool.submit(asyncio.run, coroutine).result()  # type: ignore[arg-type]
 
 
-__all__ = ["BARRIER", "Abstention", "Orchestra", "Stage", "run", "retry_turns"]
+__all__ = ["BARRIER", "Abstention", "Board", "Orchestra", "Stage", "run", "retry_turns"]

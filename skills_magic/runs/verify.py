@@ -9,6 +9,7 @@ valid votes and too few refutations.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError
 from skills_magic.errors import InvalidArgument, SkillsMagicError
 from skills_magic.models.base import ModelClient, ModelError, capabilities, usage_of
 from skills_magic.models.prices import cost_of
+from skills_magic.models.web_tools import WebTools, complete, consulted, evidence, offer, server_uses
 from skills_magic.runs.budget import Budget, CapReached, dollars
 
 VOTES_PER_CLAIM = 3  # independent checks per claim: one careless voter cannot decide alone
@@ -70,22 +72,27 @@ def parse_claims(data: Any) -> list[Claim]:
     return claims
 
 
-def voter_prompt(claim: Claim, voter: int, votes: int = VOTES_PER_CLAIM, refutations: int = REFUTATIONS_REQUIRED) -> str:
-    """The verifier prompt: a role with the voter number, the claim and quote, a checklist, the rule as a rule."""
+def voter_prompt(claim: Claim, voter: int, votes: int = VOTES_PER_CLAIM, refutations: int = REFUTATIONS_REQUIRED, *,
+                 web: bool = False) -> str:
+    """The verifier prompt: a role with the voter number, the claim and quote, a checklist, the rule as a rule;
+    `web`: a voter that can search is told to look for contradicting evidence and cite it."""
     source = f"\n**Source:** {claim.source}" if claim.source else ""
+    checks = ["Is the claim actually supported by the quote, or is it an overreach?",
+              "Is the source's quality sufficient for the strength of the claim?", "Is the claim outdated?",
+              "Is it a marketing claim, a cherry-picked benchmark, or speculation?"]
+    if web:
+        checks.insert(1, "Search the web for contradicting evidence")
+    first = "Search the web first, then answer" if web else "Answer"
+    cite = " Cite what you found on the web (its URL) in the evidence." if web else ""
     return (
         f"## Adversarial claim verifier (voter {voter} of {votes})\n\n"
         f"Be skeptical: try to refute this claim. {refutations} refutations out of {votes} votes reject it.\n\n"
         f"## Claim under review\n\"{claim.claim}\"\n**Supporting quote:** \"{claim.quote}\"{source}\n\n"
-        "## Checklist\n"
-        "1. Is the claim actually supported by the quote, or is it an overreach?\n"
-        "2. Is the source's quality sufficient for the strength of the claim?\n"
-        "3. Is the claim outdated?\n"
-        "4. Is it a marketing claim, a cherry-picked benchmark, or speculation?\n\n"
+        "## Checklist\n" + "".join(f"{number}. {check}\n" for number, check in enumerate(checks, 1)) + "\n"
         "## Decision rule\n"
         "refuted=false ONLY if the claim is well supported by the quote, current, and the source's quality matches "
         "the claim's strength. Default to refuted=true when uncertain.\n\n"
-        f"Answer only by calling {VERDICT_TOOL_NAME}. The evidence must be specific."
+        f"{first} only by calling {VERDICT_TOOL_NAME}. The evidence must be specific.{cite}"
     )
 
 
@@ -111,7 +118,10 @@ class Vote:
     calls: int = 0  # agent calls this vote made (model requests or script runs)
     seconds: float = 0.0
     cost_usd: float | None = None  # what its tokens cost at the price table (models.prices); None: no price
-    exchange: tuple[dict, dict] | None = field(default=None, repr=False, compare=False)  # request, response: the run log's
+    exchanges: list[tuple[dict, dict]] = field(default_factory=list, repr=False, compare=False)  # the run log's
+    citations: list[dict] = field(default_factory=list)  # web evidence the voter cited (models.web_tools.evidence)
+    consulted: list[dict] = field(default_factory=list)  # its web searches and fetches (models.web_tools.consulted)
+    server_uses: dict[str, int] = field(default_factory=dict)  # its web search / fetch requests, as usage reports them
 
     def to_dict(self) -> dict[str, Any]:
         data = {"claim": self.claim, "voter": self.voter, "kind": self.kind, "status": self.status}
@@ -119,6 +129,7 @@ class Vote:
             data.update(self.verdict.model_dump(exclude_none=True))
         if self.reason:
             data["reason"] = self.reason
+        data.update({name: getattr(self, name) for name in ("citations", "consulted") if getattr(self, name)})
         return data
 
 
@@ -192,27 +203,35 @@ class Voter:
 class ModelVoter(Voter):
     kind = "model"
 
-    def __init__(self, client: ModelClient, model_id: str, prompt: Callable[[Claim, int, int, int], str] = voter_prompt):
-        self.client, self.model_id, self.prompt = client, model_id, prompt
+    def __init__(self, client: ModelClient, model_id: str, prompt: Callable[[Claim, int, int, int], str] = voter_prompt,
+                 web: WebTools | None = None):
+        if web is not None and prompt is voter_prompt:
+            prompt = functools.partial(voter_prompt, web=True)
+        self.client, self.model_id, self.prompt, self.web = client, model_id, prompt, web
 
     def request(self, claim: Claim, seat: int, votes: int, refutations: int) -> dict[str, Any]:
-        return {
+        return offer({
             "model": self.model_id,
             "max_tokens": VOTE_MAX_TOKENS,
             "messages": [{"role": "user", "content": self.prompt(claim, seat, votes, refutations)}],
             "tools": [VERDICT_TOOL],
             "tool_choice": {"type": "tool", "name": VERDICT_TOOL_NAME},
-        }
+        }, self.web)  # with web tools: offered too, and the verdict tool no longer forced
 
     async def vote(self, vote: Vote, claim: Claim, votes: int, refutations: int) -> None:
         vote.calls += 1
         request = self.request(claim, vote.voter, votes, refutations)
-        response = await self.client.acreate(request)
-        vote.exchange = (request, response)
+        response, vote.exchanges = await complete(self.client, request)  # a turn the server paused: continued
+        vote.calls += len(vote.exchanges) - 1
         usage = usage_of(response)
         vote.input_tokens, vote.output_tokens = usage["input_tokens"], usage["output_tokens"]
         vote.cost_usd = cost_of(self.model_id, response.get("usage") or {})
-        calls = [b for b in response.get("content", []) if b.get("type") == "tool_use" and b.get("name") == VERDICT_TOOL_NAME]
+        content = response.get("content", [])
+        vote.citations, vote.consulted = evidence(content), consulted(content)
+        vote.server_uses = {k: n for k, n in server_uses(response.get("usage")).items() if n}
+        calls = [b for b in content if b.get("type") == "tool_use" and b.get("name") == VERDICT_TOOL_NAME]
+        if response.get("stop_reason") == "pause_turn":  # continued MAX_CONTINUATIONS times: no answer yet
+            raise _Abstain(f"the server still paused the turn after {len(vote.exchanges)} requests: no verdict")
         if not calls:
             raise _Abstain("answered in text instead of the verdict tool")
         try:
@@ -285,7 +304,8 @@ async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_c
                 vote.reason = f"{type(error).__name__}: {error}"
             vote.seconds = time.perf_counter() - started
             if held is not None:  # its hold released; what it reported spent
-                spent = {"input_tokens": vote.input_tokens, "output_tokens": vote.output_tokens}
+                spent = {"input_tokens": vote.input_tokens, "output_tokens": vote.output_tokens,
+                         "server_tool_use": vote.server_uses}
                 budget.settle(held, voter.model_id, spent if vote.input_tokens or vote.output_tokens else None)
         if vote.verdict is not None:
             vote.status = "refuted" if vote.verdict.refuted else "upheld"
@@ -323,13 +343,14 @@ def vote_fields(voter: Voter, claim: ClaimResult, vote: Vote) -> dict[str, Any]:
     from skills_magic.models.prices import cost_of
 
     model_id, client = getattr(voter, "model_id", None), getattr(voter, "client", None)
-    usage = {"input_tokens": vote.input_tokens, "output_tokens": vote.output_tokens}
+    usage = {"input_tokens": vote.input_tokens, "output_tokens": vote.output_tokens,
+             **({"server_tool_use": vote.server_uses} if vote.server_uses else {})}
     return {"model": model_id, "harness": None if client is None else capabilities(client).harness,
             "skill": vote.kind.split(":")[1] if vote.kind.startswith("script:") else None, "usage": usage,
             "seconds": vote.seconds, "cost_usd": cost_of(model_id, usage) if model_id else None,
             "outcome": vote.status, "error": vote.reason or None, "data": {**vote.to_dict(), "claim": claim.claim.claim, "claim_index": claim.index},
-            "requests": [vote.exchange[0]] if vote.exchange else None,
-            "responses": [vote.exchange[1]] if vote.exchange else None}
+            "requests": [sent for sent, _ in vote.exchanges] or None,
+            "responses": [answer for _, answer in vote.exchanges] or None}
 
 
 def outcome_counts(result: VerificationResult) -> str:

@@ -44,14 +44,16 @@ def seats(voters: Sequence[str], votes: int, model_seat: Callable[[], v.Voter], 
     return chosen
 
 
-def one_model_voter(make_client: Callable[[], Any], model_id_for: Callable[[Any], str]) -> Callable[[], v.ModelVoter]:
-    """A seat maker for model seats: one model voter, made when a seat first needs it, shared by every model seat."""
+def one_model_voter(make_client: Callable[[], Any], model_id_for: Callable[[Any], str],
+                    web=None) -> Callable[[], v.ModelVoter]:
+    """A seat maker for model seats: one model voter, made when a seat first needs it, shared by every model seat;
+    `web` (models.web_tools.WebTools): the server web tools it may use."""
     made: list[v.ModelVoter] = []
 
     def seat() -> v.ModelVoter:
         if not made:
             client = make_client()
-            made.append(v.ModelVoter(client, model_id_for(client)))
+            made.append(v.ModelVoter(client, model_id_for(client), web=web))
         return made[0]
 
     return seat

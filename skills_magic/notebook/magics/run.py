@@ -19,6 +19,8 @@ from skills_magic.errors import SkillsMagicError
 from skills_magic.notebook.magics.base import SessionMagics
 from skills_magic.notebook.magics.commands import help_text, parser_of, positive, user_errors, words
 from skills_magic.notebook.magics.costs import MAX_COST, show_estimate
+from skills_magic.notebook.magics.research import (RESEARCH_PARSER, RESEARCH_USAGE, REVERIFY_PARSER, REVERIFY_USAGE,
+                                                   ResearchMagics)
 from skills_magic.notebook.views.runs import ShownRun
 from skills_magic.notebook.views.skills import WrittenView
 from skills_magic.notebook.views.votes import VotesView
@@ -30,15 +32,15 @@ RUN_USAGE = ("usage: %%skill run [OPTIONS] [NAME [ARGS...]]: the magic's OPTIONS
              "login form`, `%%skill run fix-bug --model M -- the login form`, `%%skill run --no-model --script "
              "scripts/x.py NAME a \"b c\"`; the cell body is the task (`%%skill?` lists the options)")
 VERIFY_USAGE = ("usage: %%skill verify [--votes N] [--refutations R] [--concurrency C] [--model M] [--voter model|"
-                "script:SKILL:PATH ...] [--timeout S] [--max-claims K] [--ledger SLUG] [--max-cost USD]; the cell is a YAML list of "
-                "{claim, quote, source}")
+                "script:SKILL:PATH ...] [--timeout S] [--max-claims K] [--ledger SLUG] [--max-cost USD] [--web-search] "
+                "[--web-fetch] [--allowed-domain D ...] [--max-searches N]; the cell is a YAML list of {claim, quote, source}")
 WRITE_USAGE = ("usage: %%skill write NAME [--dir PATH] [--no-overwrite] (or NAME/scripts/FILE, NAME/references/FILE, "
                "NAME/assets/FILE); the cell body is the SKILL.md (or the file)")
 BLANKS = " \t\r\n"  # what separates the words of a line, as for shlex.split
 OPTION_MATCH_CUTOFF = 0.7  # how alike a mistyped option must be to be suggested: --modl is --model, --dry no option
 STREAM_UPDATE_SECONDS = 0.1  # redraw a streaming answer at most this often: smooth to read, cheap for the kernel
 SUMMARY = """Run a task with Agent Skills through a model (progressive disclosure), or one skill's script; verify claims
-by votes; write a skill. On one line, `%skill run --no-model --script PATH NAME [ARGS...]` runs a script with empty
+by votes; research a question (or re-verify claims) by the deep-research workflow; write a skill. On one line, `%skill run --no-model --script PATH NAME [ARGS...]` runs a script with empty
 stdin."""
 WRITE_HELP = """::
 
@@ -47,6 +49,18 @@ WRITE_HELP = """::
 the cell body becomes NAME/SKILL.md (in .skills/written unless --dir), or the file NAME/scripts/FILE (also
 references/, assets/); the whole skill is validated, linted, and listed at once. Replacing a file says so
 (with the size it had); --no-overwrite refuses to replace one instead"""
+
+
+def _web_tools(args):
+    """The model voters' web tools from `%%skill verify`'s options; None without --web-search or --web-fetch."""
+    if not (args.web_search or args.web_fetch):
+        if args.allowed_domain or args.max_searches:
+            raise UsageError(f"--allowed-domain and --max-searches need --web-search or --web-fetch; {VERIFY_USAGE}")
+        return None
+    from skills_magic.models.web_tools import DEFAULT_MAX_USES, WebTools
+
+    return WebTools(search=True, fetch=args.web_fetch, max_uses=args.max_searches or DEFAULT_MAX_USES,
+                    allowed_domains=tuple(args.allowed_domain))
 
 
 def _turns(text: str) -> int:
@@ -193,8 +207,8 @@ def read_run_line(text: str) -> RunLine:
 
 
 @magics_class
-class RunMagics(SessionMagics):
-    """`%%skill`: run a task or a script, verify claims, write a skill."""
+class RunMagics(ResearchMagics, SessionMagics):
+    """`%%skill`: run a task or a script, verify claims, research a question, write a skill."""
 
     @argument("name", nargs="?", metavar="NAME", help="the skill to activate (else the model chooses)")
     @argument("arguments", nargs="*", metavar="ARGS",
@@ -329,6 +343,10 @@ class RunMagics(SessionMagics):
     @argument("--max-claims", type=positive, metavar="K", help="claims verified; the rest are listed as not verified")
     @argument("--ledger", metavar="SLUG", help="record each outcome in the ledger plan sci.SLUG")
     @MAX_COST
+    @argument("--web-search", action="store_true", help="the model voters may search the web (server-side, $0.01 a search)")
+    @argument("--web-fetch", action="store_true", help="the model voters may also fetch web pages (turns web search on)")
+    @argument("--allowed-domain", action="append", default=[], metavar="D", help="the only domains they may reach, once each")
+    @argument("--max-searches", type=positive, metavar="N", help="searches (and fetches) one vote's request may make")
     def _verify(self, argv: list[str], cell: str):
         """Verify the claims in the cell (a YAML list of {claim, quote, source}) by adversarial votes, all concurrently;
         a live vote board, then the result (confirmed / refuted / unverified per claim)."""
@@ -364,7 +382,7 @@ class RunMagics(SessionMagics):
                 claims, votes=args.votes, refutations=args.refutations, concurrency=args.concurrency, model=args.model,
                 voters=args.voter, timeout=args.timeout, max_claims=args.max_claims, ledger_plan=args.ledger,
                 on_vote=board.update if board else None, on_ready=show_board, max_cost=args.max_cost,
-                on_estimate=show_estimate)  # the estimate first, then the board
+                on_estimate=show_estimate, web=_web_tools(args))  # the estimate first, then the board
         view = VotesView(result)
         if board is not None:
             board.finish(view.summary(), result.claims)
@@ -399,9 +417,11 @@ class RunMagics(SessionMagics):
             return self._verify(argv[1:], cell)
         if argv and argv[0] == "write":
             return self._write(argv[1:], cell)
-        raise UsageError(f"{RUN_USAGE}\n{VERIFY_USAGE}")
+        if argv and argv[0] in ("research", "reverify"):
+            return (self._research if argv[0] == "research" else self._reverify)(argv[1:], cell)
+        raise UsageError(f"{RUN_USAGE}\n{VERIFY_USAGE}\n{RESEARCH_USAGE}\n{REVERIFY_USAGE}")
 
 
 RUN_PARSER = parser_of(RunMagics._run, "%skill run", RUN_USAGE)
 VERIFY_PARSER = parser_of(RunMagics._verify, "%skill verify", VERIFY_USAGE)
-RunMagics.skill.__doc__ = help_text(SUMMARY, [RUN_PARSER, VERIFY_PARSER], WRITE_HELP)
+RunMagics.skill.__doc__ = help_text(SUMMARY, [RUN_PARSER, VERIFY_PARSER, RESEARCH_PARSER, REVERIFY_PARSER], WRITE_HELP)

@@ -11,11 +11,18 @@ VOTE_COLOUR = {"pending": "#e0e0e0", "upheld": "#b7e1b0", "refuted": "#f3b0ae", 
 OUTCOME_COLOUR = {"confirmed": "#2e7d32", "refuted": "#c62828", "unverified": "#ef6c00", "not_verified": "#757575"}
 
 
+def cited(vote) -> str:
+    """The web pages a vote cited, each once: "; cites URL, URL" (a citation without a url by its title)."""
+    places = list(dict.fromkeys(c.get("url") or c.get("title") or "?" for c in getattr(vote, "citations", None) or []))
+    return f"; cites {', '.join(places)}" if places else ""
+
+
 def vote_title(vote) -> str:
     if vote.verdict is not None:
         counter = f" (counter source: {vote.verdict.counter_source})" if vote.verdict.counter_source else ""
-        return f"voter {vote.voter} ({vote.kind}), {vote.verdict.confidence} confidence: {vote.verdict.evidence}{counter}"
-    return f"voter {vote.voter} ({vote.kind}): {vote.reason or vote.status}"
+        return (f"voter {vote.voter} ({vote.kind}), {vote.verdict.confidence} confidence: {vote.verdict.evidence}{counter}"
+                f"{cited(vote)}")
+    return f"voter {vote.voter} ({vote.kind}): {vote.reason or vote.status}{cited(vote)}"
 
 
 def votes_table_html(claims, votes_per_claim: int, summary: str) -> str:
