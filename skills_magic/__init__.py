@@ -18,6 +18,10 @@ _LAZY = {
     "Source": "skills.catalog",
     "plan_listing": "skills.listing",
     "SkillsSession": "session",
+    "Orchestra": "runs.orchestrate",
+    "Stage": "runs.orchestrate",
+    "BARRIER": "runs.orchestrate",
+    "Abstention": "runs.orchestrate",
     "SkillsMagicError": "errors",
     "SkillNotFound": "errors",
 }

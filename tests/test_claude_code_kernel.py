@@ -119,7 +119,7 @@ def test_notebook_02s_task_runs_through_claude_code_with_its_trace_and_cost(kern
     assert run["final_text"].startswith("It has a date")
     assert run["cost_usd"] > 0 and "cost $" in plain(nb.cells[3])
     stages = [(e["stage"], e["object"]) for e in run["trace"]]
-    assert stages[0] == ("discover", "catalog of 5 skills")
+    assert stages[0] == ("discover", "catalog of 6 skills")
     assert ("activate", "csv-profile") in stages and ("reference", "csv-profile/references/REFERENCE.md") in stages
     assert ("execute", "csv-profile/scripts/profile_csv.py") in stages
     calls = [e for e in run["trace"] if e["stage"] == "model" and e["object"].startswith("call")]

@@ -755,13 +755,14 @@ def test_the_full_report_of_the_notebooks_prompt_set(ip, magics):
     assert lines[1] == ("plain: per-prompt rates over 2 runs each: activation, direct 100% on every prompt; "
                         "activation, paraphrase 0% to 100% (sd 45 points); false positives 0% on every prompt")
     assert lines[2] == ""
-    skill_table = lines[3:9]
+    skill_table = lines[3:10]
     assert skill_table[0].split() == ["skill", "precision", "(plain)", "recall", "(plain)", "lint"]
-    assert [row.split()[0] for row in skill_table[1:]] == ["claim-verification", "csv-profile", "lab-notebook-entry",
-                                                           "scientific-method", "source-verification"]
+    assert [row.split()[0] for row in skill_table[1:]] == ["claim-verification", "csv-profile", "deep-research",
+                                                           "lab-notebook-entry", "scientific-method",
+                                                           "source-verification"]
     assert all(row.split()[-1] == "clean" for row in skill_table[1:])  # the sample skills lint clean
     assert "csv-profile          100% (34-100%)     50% (15-85%)    clean" in text  # each rate with its interval
-    prompt_table = lines[10:]
+    prompt_table = lines[11:]
     assert prompt_table[0].split() == ["id", "category", "expected", "activated", "(plain)"]
     assert [row.split()[0] for row in prompt_table[1:]] == [f"{c}{n}" for c in "DPN" for n in range(1, 6)]
     assert prompt_table[1].split() == ["D1", "direct", "csv-profile", "csv-profile", "2/2"]
@@ -781,8 +782,8 @@ def test_the_full_report_of_the_notebooks_prompt_set(ip, magics):
     assert report["per_skill"]["csv-profile"]["recall_interval"] == pytest.approx([0.1500, 0.8500], abs=1e-4)
     assert [row["id"] for row in report["per_prompt"]] == [row.split()[0] for row in prompt_table[1:]]
     assert report["per_prompt"][0]["activated"] == {"csv-profile": 2} and report["per_prompt"][0]["runs"] == 2
-    assert data["lint"] == {name: [] for name in ["claim-verification", "csv-profile", "lab-notebook-entry",
-                                                  "scientific-method", "source-verification"]}
+    assert data["lint"] == {name: [] for name in ["claim-verification", "csv-profile", "deep-research",
+                                                  "lab-notebook-entry", "scientific-method", "source-verification"]}
     json.dumps(data)
 
     html = bundle["text/html"]
@@ -961,13 +962,13 @@ def test_skills_lint_shows_every_skill_and_one_skill(ip, magics, tmp_path):
 
     assert isinstance(view, LintView)
     data = view._repr_mimebundle_()[0][LINT_MIME]
-    assert sorted(data["skills"]) == ["claim-verification", "csv-profile", "data-helper", "lab-notebook-entry",
-                                      "scientific-method", "source-verification"]
+    assert sorted(data["skills"]) == ["claim-verification", "csv-profile", "data-helper", "deep-research",
+                                      "lab-notebook-entry", "scientific-method", "source-verification"]
     assert [f["rule"] for f in data["skills"]["data-helper"]] == ["too-short", "third-person", "what-and-when"]
     assert data["skills"]["csv-profile"] == []
     text = view.text()
     assert "csv-profile: clean" in text and "data-helper: warning [third-person]" in text
-    assert text.splitlines()[-1] == "5 of 6 descriptions clean"
+    assert text.splitlines()[-1] == "6 of 7 descriptions clean"
 
     one = ip.run_line_magic("skills", "lint data-helper")
     assert list(one.data()["skills"]) == ["data-helper"]
@@ -1003,7 +1004,7 @@ def test_the_lint_command_exits_0_on_the_sample_skills():
     result = cli("sample-skills")
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == "5 of 5 descriptions clean"
+    assert result.stdout.splitlines()[-1] == "6 of 6 descriptions clean"
     assert "clean: sample-skills/csv-profile/SKILL.md" in result.stdout
 
 

@@ -109,7 +109,8 @@ def test_every_prompt_and_run_is_one_batch_request_with_the_first_turns_params(i
         assert "<name>\ncsv-profile\n</name>" in params["system"][0]["text"]
         assert params["tools"][0]["name"] == "activate_skill"
         assert params["tools"][0]["input_schema"]["properties"]["name"]["enum"] == [
-            "claim-verification", "csv-profile", "lab-notebook-entry", "scientific-method", "source-verification"]
+            "claim-verification", "csv-profile", "deep-research", "lab-notebook-entry", "scientific-method",
+            "source-verification"]
         assert prompt_of(params) == items[index].prompt
     assert fake.create_calls() == 2  # the batch, then one retry batch for the item that errored
 

@@ -56,6 +56,10 @@ def test_public_names_resolve_lazily_to_their_defining_modules():
         "Source": "skills_magic.skills.catalog",
         "plan_listing": "skills_magic.skills.listing",
         "SkillsSession": "skills_magic.session",
+        "Orchestra": "skills_magic.runs.orchestrate",
+        "Stage": "skills_magic.runs.orchestrate",
+        "BARRIER": "skills_magic.runs.orchestrate",
+        "Abstention": "skills_magic.runs.orchestrate",
         "SkillsMagicError": "skills_magic.errors",
         "SkillNotFound": "skills_magic.errors",
     }

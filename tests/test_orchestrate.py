@@ -230,3 +230,18 @@ def test_run_works_inside_a_running_event_loop_as_in_a_notebook():
         return run(Orchestra(model, "scripted").parallel([0], first))
 
     assert asyncio.run(cell()) == [Note(text="0")]
+
+
+def test_parallel_takes_a_limit_of_its_own_under_the_shared_one():
+    client = CountingClient()
+    orchestra = Orchestra(client, "counting", limit=8)
+
+    results = run(orchestra.parallel(range(6), first, limit=2))
+
+    assert [r.text for r in results] == ["ok"] * 6 and client.made == 6 and client.most == 2
+
+
+def test_the_primitives_are_public_names_of_the_package():
+    import skills_magic
+
+    assert skills_magic.BARRIER is BARRIER and skills_magic.Orchestra is Orchestra and skills_magic.Stage is Stage

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from research_agents import Agents, scripted
+from skills_magic.models.base import ModelError
 from skills_magic.models.scripted import ScriptedModel
 from skills_magic.runs import research as r
 from skills_magic.runs.budget import Budget
@@ -112,6 +113,24 @@ def test_every_early_exit_is_a_report_with_its_stats(agents, stopped, calls):
     assert report.status == "stopped" and report.stopped.startswith(stopped)
     assert report.agent_calls == calls and report.stats["agent_calls"] == calls
     assert report.to_dict()["stats"]["agent_calls"] == calls  # a report however it ended
+
+
+def test_a_search_that_fails_is_named_in_the_report_and_the_other_angle_goes_on():
+    agents = Agents()
+    failing = agents.record_search
+
+    def search(prompt):
+        if "**Angle:** energy" in prompt:
+            raise ModelError("the model is overloaded (scripted)", 529, "overloaded")
+        return failing(prompt)
+
+    agents.record_search = search
+    report, _ = researched(agents)
+
+    assert report.status == "complete" and [s.url for s in report.sources] == ["https://a.example/roofs",
+                                                                              "https://b.example/meta"]
+    assert report.abstentions == ["search energy: the model is overloaded (scripted)"]
+    assert report.formula == "1 + 2 + 2 + 2 × 3 + 1 = 12" and report.agent_calls == 12
 
 
 def test_a_failed_synthesis_keeps_the_verified_claims_and_the_retry_is_one_more_request_not_one_more_agent():

@@ -184,11 +184,20 @@ class Orchestra:
         """One item through one stage: its answer (or carried value), or an Abstention."""
         return await self._step(stage, item, key)
 
-    async def parallel(self, items: Iterable[Any], stage: Step, key: str = "") -> list[Any]:
-        """Each item through `stage` at once (under the shared limit); the results in input order. `key` names a
-        nested call's items apart (`KEY.0`, `KEY.1`...) in the trace, the run log and `found`."""
+    async def parallel(self, items: Iterable[Any], stage: Step, key: str = "", *, limit: int | None = None) -> list[Any]:
+        """Each item through `stage` at once (under the shared limit, and at most `limit` of these at a time when
+        given); the results in input order. `key` names a nested call's items apart (`KEY.0`, `KEY.1`...) in the
+        trace, the run log and `found`."""
         prefix = f"{key}." if key else ""
-        return list(await asyncio.gather(*(self._step(stage, item, f"{prefix}{i}") for i, item in enumerate(items))))
+        own = asyncio.Semaphore(limit) if limit else None
+
+        async def one(i: int, item: Any) -> Any:
+            if own is None:
+                return await self._step(stage, item, f"{prefix}{i}")
+            async with own:
+                return await self._step(stage, item, f"{prefix}{i}")
+
+        return list(await asyncio.gather(*(one(i, item) for i, item in enumerate(items))))
 
     async def pipeline(self, items: Iterable[Any], *stages: Step | _Barrier) -> list[Any]:
         """Each item on to the next stage as soon as its stage is done; at BARRIER every item waits for the rest.

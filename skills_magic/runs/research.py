@@ -291,6 +291,10 @@ async def _research(run: Research) -> None:
     report.calls["sources"] = len(report.sources)
     found = [pair for tree in trees if isinstance(tree, list) for branch in tree if isinstance(branch, list)
              for pair in branch]
+    for failed in [t for t in trees if isinstance(t, Abstention)] + [b for t in trees if isinstance(t, list)
+                                                                     for b in t if isinstance(b, Abstention)]:
+        what = failed.item[1].angle if failed.stage == "search" else failed.item[1].source.url
+        report.abstentions.append(f"{failed.stage} {what}: {failed.reason}")
     if orchestra.stopped:
         return report.stop(orchestra.stopped)
     if not report.sources:

@@ -41,6 +41,7 @@ class ResearchReport:
     claims: list[Any] = field(default_factory=list)  # verify.ClaimResult: the verified ones
     not_verified: list[Any] = field(default_factory=list)  # verify.Claim: ranked below MAX_VERIFIED_CLAIMS
     synthesis: Any = None  # research.Synthesis
+    abstentions: list[str] = field(default_factory=list)  # the searches and fetches that gave no answer, and why
     calls: dict[str, int] = field(default_factory=dict)  # the formula's terms: scope, angles, sources, verified, votes, synthesis
     agent_calls: int = 0  # measured: stage invocations that sent at least one request
     requests: int = 0  # model requests (retries and pause_turn continuations included)
@@ -95,5 +96,5 @@ class ResearchReport:
             "claims": [{"claim": c.claim.claim, "quote": c.claim.quote, "source": c.claim.source, "outcome": c.outcome,
                         "votes": [v.to_dict() for v in c.votes]} for c in self.claims],
             "not_verified": [c.claim for c in self.not_verified], "synthesis": synthesis,
-            "board": self.board.stages, "formula": self.formula, "stats": self.stats,
+            "abstentions": self.abstentions, "board": self.board.stages, "formula": self.formula, "stats": self.stats,
         }

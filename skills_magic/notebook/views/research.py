@@ -82,6 +82,8 @@ class ResearchView(View):
         caveats += [f"unverified (too few valid votes): {c.claim.claim}" for c in r.outcome("unverified")]
         if caveats:
             sections.append(("caveats", caveats))
+        if r.abstentions:
+            sections.append(("agents that gave no answer", list(r.abstentions)))
         if r.synthesis is not None and r.synthesis.open_questions:
             sections.append(("open questions", list(r.synthesis.open_questions)))
         return sections
