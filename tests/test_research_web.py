@@ -202,3 +202,11 @@ def test_bad_input_is_a_one_line_usage_error_and_nothing_is_spent(shell, line, c
         ip.run_cell_magic("skill", line, cell)
     assert says in str(raised.value)
     assert instance.session.runs.rows(kind="vote") == []
+
+
+def test_the_cap_holds_a_request_s_possible_web_searches_before_it_is_sent():
+    request = finder.request(MODEL_ID, [{"role": "user", "content": "Source finder for surface"}])
+    plain = Stage("search", finder.prompt, Found).request(MODEL_ID, request["messages"])
+
+    with_web, without = Budget(1.0).call_cost(MODEL_ID, request), Budget(1.0).call_cost(MODEL_ID, plain)
+    assert with_web - without == pytest.approx(3 * 0.01, abs=0.002)  # max_uses 3, $10 per 1,000 searches

@@ -24,6 +24,7 @@ from skills_magic.models.prices import cost_of
 MAX_COST_ENV = "SKILLS_MAGIC_MAX_COST"  # the session's default cap in US dollars (a flag's --max-cost wins)
 ASK_ABOVE_USD = 5.0  # an eval estimated above this with no cap asks before it starts: more than a few minutes' tinkering
 CHARS_PER_TOKEN = 4  # a request's characters per token, roughly, when the API's count is not at hand
+WEB_SEARCHES_UNBOUNDED = 10  # a web search tool without max_uses is held at this many searches (the API's loop pauses near it)
 STOP_REASON = "max_cost"  # RunResult.stop_reason of a run its cap stopped
 
 
@@ -112,9 +113,13 @@ class Budget:
         self._lock = threading.Lock()
 
     def call_cost(self, model_id: str, request: Mapping[str, Any]) -> float | None:
-        """The most one call can cost: its input tokens, and its output at max_tokens, at the model's price."""
+        """The most one call can cost: its input tokens, its output at max_tokens, and every web search its server
+        tools may make (their max_uses; unbounded counts as WEB_SEARCHES_UNBOUNDED), at the model's price."""
         tokens = self.count_tokens(request) if self.count_tokens is not None else estimated_input_tokens(request)
-        return cost_of(model_id, {"input_tokens": tokens, "output_tokens": int(request.get("max_tokens") or 0)})
+        searches = sum(int(t.get("max_uses") or WEB_SEARCHES_UNBOUNDED) for t in request.get("tools") or []
+                       if str(t.get("type", "")).startswith("web_search"))
+        return cost_of(model_id, {"input_tokens": tokens, "output_tokens": int(request.get("max_tokens") or 0),
+                                  "server_tool_use": {"web_search_requests": searches}})
 
     def reserve(self, model_id: str, request: Mapping[str, Any]) -> float:
         """Hold the call's estimate before it is made; CapReached when spent + held + estimate would cross the cap."""

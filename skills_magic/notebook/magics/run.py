@@ -20,7 +20,7 @@ from skills_magic.notebook.magics.base import SessionMagics
 from skills_magic.notebook.magics.commands import help_text, parser_of, positive, user_errors, words
 from skills_magic.notebook.magics.costs import MAX_COST, show_estimate
 from skills_magic.notebook.magics.research import (RESEARCH_PARSER, RESEARCH_USAGE, REVERIFY_PARSER, REVERIFY_USAGE,
-                                                   ResearchMagics)
+                                                   ResearchMagics, read_claims)
 from skills_magic.notebook.views.runs import ShownRun
 from skills_magic.notebook.views.skills import WrittenView
 from skills_magic.notebook.views.votes import VotesView
@@ -350,20 +350,10 @@ class RunMagics(ResearchMagics, SessionMagics):
     def _verify(self, argv: list[str], cell: str):
         """Verify the claims in the cell (a YAML list of {claim, quote, source}) by adversarial votes, all concurrently;
         a live vote board, then the result (confirmed / refuted / unverified per claim)."""
-        import yaml
-
         from skills_magic.runs import verify
 
         args = VERIFY_PARSER.parse_args(argv)
-        try:
-            claims = verify.parse_claims(yaml.safe_load(cell))
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            problem = getattr(error, "problem", None) or "cannot be parsed"
-            raise UsageError(f"the cell is not YAML ({problem}{where}); {VERIFY_USAGE}") from None
-        except verify.ClaimsError as error:
-            raise UsageError(f"{error}; {VERIFY_USAGE}") from None
+        claims = read_claims(cell, VERIFY_USAGE)
         votes = args.votes or verify.VOTES_PER_CLAIM
         board = None
         if self._has_front_end() and claims:  # a front end that renders widgets
