@@ -205,3 +205,16 @@ def test_the_constants_sit_at_the_top_and_the_formula_uses_them():
     assert (r.VOTES_PER_CLAIM, r.REFUTATIONS_REQUIRED, r.MAX_SOURCES, r.MAX_VERIFIED_CLAIMS) == (3, 2, 15, 25)
     settings = r.Settings()
     assert (settings.votes_per_claim, settings.max_sources, settings.max_verified_claims) == (3, 15, 25)
+
+
+def test_without_web_tools_the_prompts_say_so_and_the_report_warns_the_sources_are_recollection():
+    from skills_magic.notebook.views.research import ResearchView
+
+    agents = Agents()
+    model = scripted(agents)
+    report = run(r.research(Orchestra(model, MODEL), "Do green roofs cool cities?"))
+
+    prompts = [req["messages"][0]["content"] for req in model.requests]
+    assert any("You cannot search" in p for p in prompts) and any("You cannot fetch" in p for p in prompts)
+    assert not any("Search the web for this angle" in p for p in prompts)
+    assert "the model's recollection" in ResearchView(report).text()

@@ -169,8 +169,14 @@ def test_the_research_magic_runs_the_notebook_s_pipeline_and_its_report_is_a_vie
 def test_every_research_call_is_in_the_run_log(shell):
     ip, instance = shell
     ip.run_cell_magic("skill", f"research --model {MODEL_ID}", "Are green roofs worth it?")
+    view = ip.run_cell_magic("skill", f"research --web --max-claims 5 --model {MODEL_ID} {CLARIFY}",
+                             "Are green roofs worth it?")
     rows = instance.session.runs.rows(kind="vote")
-    assert [(row["label"], row["outcome"]) for row in rows] == [("stage:scope", "answered")]
+    runs = {row["data"].get("orchestration") for row in rows}
+    assert len(runs) == 2 and view.report.run_id in runs  # one id per research run, in each of its rows
+    mine = [row for row in rows if row["data"]["orchestration"] == view.report.run_id]
+    assert len(mine) == view.report.requests == 26
+    assert view.metadata()["run_id"] == view.report.run_id and view.report.run_id not in str(view.data())
 
 
 def test_reverify_in_the_shell_is_the_trimmed_workflow(shell):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import re
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -149,6 +150,7 @@ class Orchestra:
     budget: Budget | None = None
     run_log: Any = None
     on_event: Callable[[str, dict[str, Any]], None] | None = None
+    name: str = ""  # in every run log row's data as "orchestration": the rows of one run, told apart from others
     calls: int = 0  # model requests made (retries and pause_turn continuations included; refused ones are not)
     agent_calls: int = 0  # stage invocations that made at least one request: the unit of the seed's cost formula
     usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
@@ -288,7 +290,8 @@ class Orchestra:
         semaphore, client = self._here()
         row: dict[str, Any] = {"label": f"stage:{stage}", "model": self.model_id,
                                "harness": capabilities(self.client).harness, "requests": [request],
-                               "data": {"stage": stage, "item": key, "attempt": attempt}}
+                               "data": {"stage": stage, "item": key, "attempt": attempt,
+                                        **({"orchestration": self.name} if self.name else {})}}
         async with semaphore:
             held = self.budget.reserve(self.model_id, request) if self.budget is not None else 0.0
             started = time.perf_counter()
@@ -341,4 +344,43 @@ def run(coroutine: Awaitable[T]) -> T:
         return pool.submit(asyncio.run, coroutine).result()  # type: ignore[arg-type]
 
 
-__all__ = ["BARRIER", "Abstention", "Board", "Orchestra", "Stage", "run", "retry_turns"]
+def run_in_loop_thread(make_coroutine):
+    """Run a coroutine to completion in a worker thread with its own event loop (a notebook's kernel already runs
+    one in the main thread). KeyboardInterrupt in the caller cancels it; the coroutine returns what it has. A
+    verification and a research run go through it."""
+    box: dict[str, Any] = {}
+    started, finished = threading.Event(), threading.Event()
+
+    def work() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            box["task"] = loop.create_task(make_coroutine())
+            box["loop"] = loop
+            started.set()
+            box["result"] = loop.run_until_complete(box["task"])
+        except BaseException as error:  # handed to the caller's thread
+            box["error"] = error
+        finally:
+            started.set()
+            loop.close()
+            finished.set()
+
+    thread = threading.Thread(target=work, name="skills-magic-worker-loop", daemon=True)
+    thread.start()
+    # wait on an Event, not on join(): on Python <= 3.12 an interrupted join() can mark a live thread as stopped
+    cancelled = False
+    while not finished.is_set():
+        try:
+            finished.wait(0.1)
+        except KeyboardInterrupt:
+            if not cancelled:
+                cancelled = True
+                started.wait()
+                if "loop" in box:
+                    box["loop"].call_soon_threadsafe(box["task"].cancel)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+__all__ = ["run_in_loop_thread", "BARRIER", "Abstention", "Board", "Orchestra", "Stage", "run", "retry_turns"]

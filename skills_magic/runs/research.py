@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from skills_magic.models.web_tools import WebTools
-from skills_magic.runs.orchestrate import Abstention, BARRIER, Orchestra, Stage
+from skills_magic.runs.orchestrate import BARRIER, Abstention, Orchestra, Stage, run_in_loop_thread
 from skills_magic.runs.research_report import ResearchReport, SourceRead
 from skills_magic.runs.verify import (VERDICT_TOOL_NAME, VOTE_MAX_TOKENS, Claim, ClaimResult, Text, Vote, VoteVerdict,
                                      decide, voter_prompt)
@@ -125,19 +126,22 @@ def scope_prompt(question: str, clarifications: str = "") -> str:
             "researcher's answers given, decide on them.\n\nAnswer only by calling the tool.")
 
 
-def search_prompt(lead: tuple[str, Angle], limit: int = SOURCES_PER_ANGLE) -> str:
+def search_prompt(lead: tuple[str, Angle], limit: int = SOURCES_PER_ANGLE, web: bool = True) -> str:
     question, angle = lead
+    first = ("Search the web for this angle." if web else
+             "You cannot search: name only sources you know exist, with their real urls.")
     return (f"## Source finder\n\n## Question\n\"{question}\"\n**Angle:** {angle.angle}\n**Query:** {angle.query}\n\n"
-            "## Checklist\n1. Search the web for this angle.\n2. Prefer primary sources (papers, official data, "
+            f"## Checklist\n1. {first}\n2. Prefer primary sources (papers, official data, "
             "documentation) over commentary.\n3. Skip marketing pages, forums and duplicates.\n\n"
             f"## Output\nAt most {limit} sources, best first: url, title and what each can establish. "
             "Answer only by calling the tool.")
 
 
-def fetch_prompt(item: tuple[str, Lead], limit: int = CLAIMS_PER_SOURCE) -> str:
+def fetch_prompt(item: tuple[str, Lead], limit: int = CLAIMS_PER_SOURCE, web: bool = True) -> str:
     question, lead = item
+    first = "Fetch the source." if web else "You cannot fetch: use only what you know this source says."
     return (f"## Claim extractor\n\n## Question\n\"{question}\"\n**Angle:** {lead.angle.angle}\n"
-            f"**Source:** {lead.source.url} ({lead.source.title})\n\n## Checklist\n1. Fetch the source.\n"
+            f"**Source:** {lead.source.url} ({lead.source.title})\n\n## Checklist\n1. {first}\n"
             "2. Extract the claims that bear on the question, each with the source's exact words as its quote.\n"
             "3. Rate each claim's importance to the question from 1 to 5.\n\n## Decision rule\nA claim without a "
             f"verbatim quote is not a claim. At most {limit} claims; none is a valid answer.\n\n"
@@ -187,11 +191,12 @@ class Research:
 
     def stages(self) -> tuple[Stage, Stage]:
         question, limit = self.report.question, self.settings
-        search = Stage("search", lambda item: search_prompt(item, limit.sources_per_angle), Sources,
+        web = self.web is not None
+        search = Stage("search", lambda item: search_prompt(item, limit.sources_per_angle, web), Sources,
                        web=_web(True, False, SEARCHES_PER_AGENT, self.web),
                        carry=lambda item, found: [(question, lead) for lead in self._leads(item[1], found)],
                        fan_out=lambda leads: leads)
-        fetch = Stage("fetch", lambda item: fetch_prompt(item, limit.claims_per_source), Claims,
+        fetch = Stage("fetch", lambda item: fetch_prompt(item, limit.claims_per_source, web), Claims,
                       web=_web(False, True, FETCHES_PER_SOURCE, self.web), carry=self._claims_of)
         return search, fetch
 
@@ -340,6 +345,7 @@ async def _finished(run: Research, phases) -> ResearchReport:
     report.seconds = time.perf_counter() - started
     report.agent_calls, report.requests, report.usage = orchestra.agent_calls, orchestra.calls, dict(orchestra.usage)
     report.cost_usd, report.board, report.trace = orchestra.cost_usd, orchestra.board, orchestra.trace
+    report.run_id = orchestra.name
     return report
 
 
@@ -350,12 +356,13 @@ def run_research(client, model_id: str, subject: str | Sequence[Claim], *, run_l
     thread's event loop (a notebook's kernel runs one already); KeyboardInterrupt cancels and keeps the report so far.
     `settings`: angles, max_sources, max_claims (max_verified_claims), votes, refutations; None keeps the constant."""
     from skills_magic.runs.budget import Budget, session_cap
-    from skills_magic.runs.voting import run_in_loop_thread
 
     names = {"max_claims": "max_verified_claims", "votes": "votes_per_claim", "refutations": "refutations_required"}
     chosen = replace(Settings(), **{names.get(k, k): v for k, v in settings.items() if v is not None})
     tools = WebTools(search=True, fetch=True, allowed_domains=tuple(allowed_domains)) if web else None
-    orchestra = Orchestra(client, model_id, budget=Budget(session_cap(max_cost)), run_log=run_log, on_event=on_event)
+    name = f"{'research' if isinstance(subject, str) else 'reverify'}-{uuid.uuid4().hex[:12]}"
+    orchestra = Orchestra(client, model_id, budget=Budget(session_cap(max_cost)), run_log=run_log, on_event=on_event,
+                          name=name)
     if isinstance(subject, str):
         return run_in_loop_thread(lambda: research(orchestra, subject, clarifications=clarifications, web=tools,
                                                    settings=chosen))

@@ -48,6 +48,7 @@ class ResearchReport:
     usage: dict[str, int] = field(default_factory=dict)
     cost_usd: float = 0.0
     seconds: float = 0.0
+    run_id: str = ""  # its calls' run log rows say it ("orchestration" in their data); volatile, so metadata only
     board: Board = field(default_factory=Board)
     trace: list[dict[str, Any]] = field(default_factory=list)
 

@@ -1,4 +1,4 @@
-"""A verification run's seats (model voters and script voters), its worker-thread event loop, and what it leaves
+"""A verification run's seats (model voters and script voters), its budget, and what it leaves
 in the ledger."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from skills_magic.records.ledger import Ledger
 from skills_magic.models.base import capabilities
 from skills_magic.runs import budget
 from skills_magic.runs import verify as v
+from skills_magic.runs.orchestrate import run_in_loop_thread  # noqa: F401  (re-exported: its home before research)
 from skills_magic.skills.skill import Skill
 
 
@@ -84,44 +85,3 @@ def record_outcomes(ledger: Ledger, plan: str, result, votes: int) -> None:
         counts = {s: sum(vote.status == s for vote in claim.votes) for s in ("upheld", "refuted", "abstained")}
         ledger.observation(plan, f"claim verified by {votes} votes: {claim.outcome} (upheld {counts['upheld']}, "
                                  f"refuted {counts['refuted']}, abstained {counts['abstained']}): {claim.claim.claim}")
-
-
-def run_in_loop_thread(make_coroutine):
-    """Run a coroutine to completion in a worker thread with its own event loop (a notebook's kernel already runs
-    one in the main thread). KeyboardInterrupt in the caller cancels it; the coroutine returns what it has."""
-    import asyncio
-    import threading
-
-    box: dict[str, Any] = {}
-    started, finished = threading.Event(), threading.Event()
-
-    def work() -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            box["task"] = loop.create_task(make_coroutine())
-            box["loop"] = loop
-            started.set()
-            box["result"] = loop.run_until_complete(box["task"])
-        except BaseException as error:  # handed to the caller's thread
-            box["error"] = error
-        finally:
-            started.set()
-            loop.close()
-            finished.set()
-
-    thread = threading.Thread(target=work, name="skills-magic-verify", daemon=True)
-    thread.start()
-    # wait on an Event, not on join(): on Python <= 3.12 an interrupted join() can mark a live thread as stopped
-    cancelled = False
-    while not finished.is_set():
-        try:
-            finished.wait(0.1)
-        except KeyboardInterrupt:
-            if not cancelled:
-                cancelled = True
-                started.wait()
-                if "loop" in box:
-                    box["loop"].call_soon_threadsafe(box["task"].cancel)
-    if "error" in box:
-        raise box["error"]
-    return box["result"]

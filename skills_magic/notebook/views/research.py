@@ -80,6 +80,9 @@ class ResearchView(View):
         caveats = list(r.synthesis.caveats) if r.synthesis is not None else []
         caveats += [f"refuted: {c.claim.claim}" for c in r.outcome("refuted")]
         caveats += [f"unverified (too few valid votes): {c.claim.claim}" for c in r.outcome("unverified")]
+        if r.kind == "research" and not r.web and r.sources:
+            caveats.append("the agents could not search or fetch (no --web): the sources and quotes are the model's "
+                           "recollection, not pages it read")
         if caveats:
             sections.append(("caveats", caveats))
         if r.abstentions:
@@ -125,5 +128,5 @@ class ResearchView(View):
 
     def metadata(self) -> dict[str, Any]:
         """The volatile facts: how long it took, and each request's time and stop (the trace)."""
-        return {"seconds": round(self.report.seconds, 3),
+        return {"seconds": round(self.report.seconds, 3), "run_id": self.report.run_id,
                 "trace": list(self.report.trace)}
