@@ -218,3 +218,15 @@ def test_without_web_tools_the_prompts_say_so_and_the_report_warns_the_sources_a
     assert any("You cannot search" in p for p in prompts) and any("You cannot fetch" in p for p in prompts)
     assert not any("Search the web for this angle" in p for p in prompts)
     assert "the model's recollection" in ResearchView(report).text()
+
+
+def test_the_session_reverifies_claims_given_as_mappings_or_strings(tmp_path):
+    from skills_magic.session import SkillsSession
+
+    session = SkillsSession(sources=[], cwd=str(tmp_path))
+    session.model_client = scripted()
+    report = session.research([{"claim": "Green roofs cut energy use by 75%", "quote": "75%"},
+                               "Cooling energy savings range from 2% to 16%"], model=MODEL, question="Energy?")
+
+    assert report.kind == "reverify" and [c.outcome for c in report.claims] == ["refuted", "confirmed"]
+    assert report.formula == "2 × 3 + 1 = 7" and session.runs.rows(kind="vote")

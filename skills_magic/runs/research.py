@@ -31,7 +31,7 @@ from skills_magic.models.web_tools import WebTools
 from skills_magic.runs.orchestrate import BARRIER, Abstention, Orchestra, Stage, run_in_loop_thread
 from skills_magic.runs.research_report import ResearchReport, SourceRead
 from skills_magic.runs.verify import (VERDICT_TOOL_NAME, VOTE_MAX_TOKENS, Claim, ClaimResult, Text, Vote, VoteVerdict,
-                                     decide, voter_prompt)
+                                     decide, parse_claims, voter_prompt)
 
 ANGLES = 5  # search angles the scope proposes: the seed's run had 5, enough to cover a topic from different sides
 SOURCES_PER_ANGLE = 5  # sources one search agent may name: the best few, not a results page
@@ -366,7 +366,8 @@ def run_research(client, model_id: str, subject: str | Sequence[Claim], *, run_l
     if isinstance(subject, str):
         return run_in_loop_thread(lambda: research(orchestra, subject, clarifications=clarifications, web=tools,
                                                    settings=chosen))
-    return run_in_loop_thread(lambda: reverify(orchestra, subject, question=question, web=tools, settings=chosen))
+    claims = parse_claims(list(subject))  # Claims, or {claim, quote, source} mappings, or plain strings
+    return run_in_loop_thread(lambda: reverify(orchestra, claims, question=question, web=tools, settings=chosen))
 
 
 __all__ = ["run_research", "Research", "Settings", "research", "reverify", "ANGLES", "MAX_SOURCES", "MAX_VERIFIED_CLAIMS",

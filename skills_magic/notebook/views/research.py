@@ -9,6 +9,7 @@ from skills_magic.notebook.views.base import NAME_CELL_STYLE, View, escape, plur
 from skills_magic.notebook.views.votes import VOTE_MARK, votes_table_html
 
 BOARD_COLUMNS = ("stage", "started", "done", "abstained", "running")
+PROSE = ("executive summary", "complete", "needs clarifying", "stopped early")  # sections shown as a paragraph
 STATUS_LINE = {"complete": "complete", "needs_clarification": "needs clarifying", "stopped": "stopped early"}
 
 
@@ -113,7 +114,11 @@ class ResearchView(View):
                  f"<p class='research-calls' data-agent-calls='{r.agent_calls}' data-expected='{r.expected_agent_calls}'>"
                  f"{escape(calls_line(r))}</p>"]
         for heading, items in self._sections():
-            parts.append(f"<h5>{escape(heading)}</h5><ul>{''.join(f'<li>{escape(i)}</li>' for i in items)}</ul>")
+            if heading in PROSE:  # a paragraph, not a list of one
+                parts.append(f"<h5>{escape(heading)}</h5><p class='research-{heading.replace(' ', '-')}'>"
+                             f"{escape(' '.join(items))}</p>")
+            else:
+                parts.append(f"<h5>{escape(heading)}</h5><ul>{''.join(f'<li>{escape(i)}</li>' for i in items)}</ul>")
         if r.claims:
             parts.append("<h5>claims</h5>" + votes_table_html(r.claims, r.votes_per_claim, ""))
         if r.sources:
