@@ -245,3 +245,28 @@ def test_the_primitives_are_public_names_of_the_package():
     import skills_magic
 
     assert skills_magic.BARRIER is BARRIER and skills_magic.Orchestra is Orchestra and skills_magic.Stage is Stage
+
+
+def test_a_call_slower_than_the_timeout_is_an_abstention_and_the_others_are_kept():
+    model = two_stage_script([5.0, 0.0], [])
+    orchestra = Orchestra(model, "scripted", timeout=0.1)
+
+    slow, quick = run(orchestra.parallel([0, 1], first))
+
+    assert isinstance(slow, Abstention) and "no answer within 0.1 s" in slow.reason
+    assert quick == Note(text="1") and orchestra.agent_calls == 2
+    assert [line["error"] for line in orchestra.trace if line["item"] == "0"] == ["no answer within 0.1 s"]
+
+
+def test_a_client_s_own_failure_is_that_agent_s_abstention_and_the_run_goes_on():
+    class Broken(CountingClient):
+        async def acreate(self, request):
+            if "[0/first]" in request["messages"][0]["content"]:
+                raise RuntimeError("the socket fell over")
+            return await super().acreate(request)
+
+    orchestra = Orchestra(Broken(), "counting")
+    failed, fine = run(orchestra.parallel([0, 1], first))
+
+    assert isinstance(failed, Abstention) and failed.reason == "RuntimeError: the socket fell over"
+    assert fine == Note(text="ok") and sorted(line["outcome"] for line in orchestra.trace) == ["answered", "error"]

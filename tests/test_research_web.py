@@ -216,3 +216,22 @@ def test_the_cap_holds_a_request_s_possible_web_searches_before_it_is_sent():
 
     with_web, without = Budget(1.0).call_cost(MODEL_ID, request), Budget(1.0).call_cost(MODEL_ID, plain)
     assert with_web - without == pytest.approx(3 * 0.01, abs=0.002)  # max_uses 3, $10 per 1,000 searches
+
+
+def test_allowed_domains_reach_every_web_tool_of_every_stage(shell):
+    ip, instance = shell
+    ip.run_cell_magic("skill", f"research --model {MODEL_ID}", "Are green roofs worth it?")
+    model = instance.session.client()
+    before = len(model.requests)
+    view = ip.run_cell_magic("skill", f"research --web --allowed-domain climate.rotterdam.example "
+                                      f"--allowed-domain journal.example --max-claims 5 --model {MODEL_ID} {CLARIFY}",
+                             "Are green roofs worth it?")
+
+    tools = [t for request in model.requests[before:] for t in request.get("tools", []) if "type" in t]
+    assert tools and {tuple(t["allowed_domains"]) for t in tools} == {("climate.rotterdam.example", "journal.example")}
+    assert {t["type"] for t in tools} == {"web_search_20250305", "web_fetch_20250910"}
+    # the stand-in honours them: the scripted agents that cite the vendor's or the review's page (now out of reach)
+    # fail, and each such failure is that agent's abstention, named in the report, never the run's end
+    report = view.report
+    assert any("greenroof-vendor.example" in note for note in report.abstentions), report.abstentions
+    assert report.board.stages["search"]["abstained"] == 1 and report.agent_calls == report.expected_agent_calls

@@ -38,6 +38,7 @@ from skills_magic.runs.budget import Budget, CapReached
 STAGE_MAX_TOKENS = 2048  # one structured answer: a list of angles, claims with quotes, a verdict
 CONCURRENCY = 8  # agent calls in flight at once, across every stage: well under the API's rate limits
 ATTEMPTS = 2  # the first answer, and one retry told what was wrong with it
+CALL_TIMEOUT_SECONDS = 300.0  # a request slower than this is given up (an abstention): one stuck agent never hangs a run
 TOOL_PREFIX = "record_"  # a stage's tool is record_<stage name>, as verification's is record_verdict
 
 In = TypeVar("In")
@@ -151,6 +152,7 @@ class Orchestra:
     run_log: Any = None
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     name: str = ""  # in every run log row's data as "orchestration": the rows of one run, told apart from others
+    timeout: float = CALL_TIMEOUT_SECONDS  # seconds one request may take (the SDK's own retries included)
     calls: int = 0  # model requests made (retries and pause_turn continuations included; refused ones are not)
     agent_calls: int = 0  # stage invocations that made at least one request: the unit of the seed's cost formula
     usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
@@ -297,7 +299,14 @@ class Orchestra:
             started = time.perf_counter()
             made[0] += 1
             try:
-                response = await client.acreate(request)
+                try:
+                    response = await asyncio.wait_for(client.acreate(request), self.timeout)
+                except asyncio.TimeoutError:
+                    raise ModelError(f"no answer within {self.timeout:g} s", kind="timeout") from None
+                except ModelError:
+                    raise
+                except Exception as error:  # a client's own failure is this agent's abstention, never the run's end
+                    raise ModelError(f"{type(error).__name__}: {error}") from error
             except ModelError as error:
                 if self.budget is not None:
                     self.budget.settle(held, self.model_id, None)
