@@ -235,3 +235,11 @@ def test_allowed_domains_reach_every_web_tool_of_every_stage(shell):
     report = view.report
     assert any("greenroof-vendor.example" in note for note in report.abstentions), report.abstentions
     assert report.board.stages["search"]["abstained"] == 1 and report.agent_calls == report.expected_agent_calls
+
+
+def test_with_no_model_the_magic_says_so_in_one_line(ip, tmp_path, monkeypatch):
+    notebook_folder(monkeypatch, tmp_path, db="skills.sqlite", lock=None, sources="bundled")
+    with registered_magics(ip):
+        with pytest.raises(UsageError) as raised:
+            ip.run_cell_magic("skill", "research", "Do green roofs cool cities?")
+    assert "ANTHROPIC_API_KEY" in str(raised.value)

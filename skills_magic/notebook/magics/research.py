@@ -80,6 +80,8 @@ class ResearchMagics:
 
     def _research_run(self, subject, args, **options):
         board = None
+        with user_errors():
+            self.session.client()  # no model at all is said before a board is shown
         if self._has_front_end():  # a front end renders widgets; elsewhere the report's own board is shown
             from IPython.display import display
 
