@@ -44,6 +44,11 @@ def test_pipeline_benchmark_compares_the_pipeline_with_stages_sequential_and_the
     assert "12 agent calls" in out and "stage by stage" in out and "sequential" in out and "x the ideal" in out
 
 
+def test_research_benchmark_runs_the_whole_workflow_and_counts_its_calls_by_the_formula():
+    out = bench("bench_research.py", "--angles", "2", "--sources", "2", "--delay", "0.01")
+    assert "1 + 2 + 4 + 8 × 3 + 1 = 32 agent calls" in out and "sequential" in out and "x the ideal" in out
+
+
 def test_sandbox_benchmark_compares_sandboxed_and_unsandboxed_runs():
     from skills_magic.safety.sandbox import availability
 
