@@ -4,6 +4,7 @@ the offline stand-in (models.local_web), and `%%skill research` / `reverify` in 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,36 @@ def test_with_no_model_the_magic_says_so_in_one_line(ip, tmp_path, monkeypatch):
         with pytest.raises(UsageError) as raised:
             ip.run_cell_magic("skill", "research", "Do green roofs cool cities?")
     assert "ANTHROPIC_API_KEY" in str(raised.value)
+
+
+# --- the whole notebook pipeline through the real SDK, over a real socket -----------------------------------------
+
+
+def test_the_notebook_s_pipeline_runs_through_the_real_sdk_against_a_local_server(ip, tmp_path, monkeypatch):
+    """The local server answers each request from the offline stand-in (the notebook's scripted agents and local
+    web): every block, server_tool_use, web_search_tool_result, web_fetch_tool_result, citations and pause_turn
+    included, is parsed and dumped by the SDK's own types on its way to the orchestra and back."""
+    notebook_folder(monkeypatch, tmp_path, db="skills.sqlite", lock=None, sources="bundled")
+    turns = (REPO / "notebooks" / "turns" / "research.yaml").read_text(encoding="utf-8")
+    (tmp_path / "research.yaml").write_text(turns.replace("../../examples/web/green-roofs",
+                                                          str(REPO / "examples" / "web" / "green-roofs")), encoding="utf-8")
+    agents = ScriptedModel.from_file(tmp_path / "research.yaml")
+    with FakeAnthropicServer([lambda recorded: agents.create(recorded.body) for _ in range(60)]) as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-research")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        with registered_magics(ip):
+            ip.run_cell_magic("skill", f"research --model {MODEL_ID}", "Are green roofs worth it?")
+            view = ip.run_cell_magic("skill", f"research --web --max-claims 5 --model {MODEL_ID} {CLARIFY}",
+                                     "Are green roofs worth it?")
+        bodies = [r.body for r in server.requests]
+
+    report = view.report
+    assert report.status == "complete" and report.formula == "1 + 2 + 4 + 5 × 3 + 1 = 23"
+    assert report.agent_calls == 23 and report.requests == 26 and len(bodies) == 1 + 26
+    assert [c.outcome for c in report.claims] == ["confirmed", "confirmed", "refuted", "confirmed", "confirmed"]
+    continued = [b for b in bodies if b["messages"][-1]["role"] == "assistant"]
+    assert len(continued) == 1 and continued[0]["messages"][-1]["content"][0]["type"] == "server_tool_use"
+    assert all(block.get("encrypted_content") for block in continued[0]["messages"][-1]["content"][1]["content"])
+    assert report.stats["web_searches"] == 18 and report.stats["web_fetches"] == 4
+    assert all(vote.citations for vote in report.outcome("refuted")[0].votes)
+    assert "sk-test-research" not in json.dumps(report.to_dict()) + view.text()
