@@ -90,6 +90,8 @@ class ResearchView(View):
             sections.append(("agents that gave no answer", list(r.abstentions)))
         if r.synthesis is not None and r.synthesis.open_questions:
             sections.append(("open questions", list(r.synthesis.open_questions)))
+        if r.not_verified:
+            sections.append(("not verified (over the limit)", [c.claim for c in r.not_verified]))
         return sections
 
     def text(self) -> str:
