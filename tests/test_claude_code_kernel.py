@@ -7,11 +7,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import nbformat
 import pytest
 from claude_code_fake import FAKE_MODEL, side_request
 from fake_anthropic import FakeAnthropicServer, forget_machine_setup, message, text_block, text_message, tool_message, usage
-from nbclient import NotebookClient
+from kernels import bundle, execute, plain
 
 from claude_code_fake import needs_claude_code
 
@@ -72,24 +71,6 @@ def notebook02_task(recorded):
                 usage=usage(1900, 40)),
     ]
     return script[min(turn, len(script) - 1)]
-
-
-def execute(folder: Path, cells: list[str]):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
-    return nb
-
-
-def bundle(cell, mime: str) -> dict:
-    found = [o["data"][mime] for o in cell.outputs if o.get("output_type") in ("execute_result", "display_data")
-             and mime in o.get("data", {})]
-    assert len(found) == 1, cell.outputs
-    return found[0]
-
-
-def plain(cell) -> str:
-    return "\n".join(o["data"].get("text/plain", "") for o in cell.outputs if "data" in o)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import json
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from kernels import bundle, execute
 
 from fake_anthropic import (Error, FakeAnthropicServer, forget_machine_setup, message, sent_key, text_block, text_message,
                             text_pieces, tool_message, tool_results, tool_use_block, usage, utf8_size)
@@ -56,20 +56,6 @@ def run_replies(answer: str) -> list:
         tool_message("read_skill_resource", {"skill": "tea-notes", "path": "references/style.md"}, usage=RUN_USAGES[1]),
         text_message(answer, usage=RUN_USAGES[2]),
     ]
-
-
-def execute(tmp_path, cells: list[str]):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    return nb
-
-
-def bundle(cell, mime: str) -> dict:
-    found = [o["data"][mime] for o in cell.outputs if o.get("output_type") in ("execute_result", "display_data")
-             and mime in o.get("data", {})]
-    assert len(found) == 1, cell.outputs
-    return found[0]
 
 
 def test_a_notebook_runs_a_skill_against_the_fake_api(environment, skill_folder, tmp_path):

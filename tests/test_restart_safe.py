@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from database_files import raw_rows
 from IPython.core.error import UsageError
-from nbclient import NotebookClient
+from kernels import execute
 from notebook_setup import no_input, registered_magics
 
 from skills_magic.records import db as records_db
@@ -279,14 +279,6 @@ def test_the_gate_of_this_session_ignores_but_names_what_other_sessions_left_ope
 
 
 # --- %skills allow --save: the user's own policy file, loaded by the next kernel ------------------------------------
-
-
-def execute(folder: Path, cells: list[str]) -> nbformat.NotebookNode:
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
-    return notebook
 
 
 def test_allow_save_writes_the_users_config_folder_and_the_next_kernel_loads_it(tmp_path, monkeypatch):

@@ -12,9 +12,8 @@ import sys
 import warnings
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
+from kernels import execute
 from notebook_setup import notebook_folder, registered_magics
 
 from skills_magic.errors import InvalidArgument
@@ -299,13 +298,6 @@ def test_skills_magic_logs_json_prints_the_rows(session, tmp_path):
 # --- a real kernel -----------------------------------------------------------------------------------------------------
 
 TWO_RUNS = {"turns": [ANSWER, {"text": "Four days.", "usage": {"input_tokens": 900, "output_tokens": 20}}]}
-
-
-def execute(folder: Path, cells: list[str]):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
-    return nb
 
 
 def test_a_notebooks_runs_vote_and_eval_are_in_the_log_a_second_kernel_and_the_cli_see(monkeypatch, tmp_path):
