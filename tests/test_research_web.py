@@ -277,3 +277,11 @@ def test_the_notebook_s_pipeline_runs_through_the_real_sdk_against_a_local_serve
     assert report.stats["web_searches"] == 18 and report.stats["web_fetches"] == 4
     assert all(vote.citations for vote in report.outcome("refuted")[0].votes)
     assert "sk-test-research" not in json.dumps(report.to_dict()) + view.text()
+
+
+def test_web_search_is_another_name_for_web_as_in_verify(shell):
+    ip, instance = shell
+    ip.run_cell_magic("skill", f"research --model {MODEL_ID}", "Are green roofs worth it?")
+    view = ip.run_cell_magic("skill", f"research --web-search --max-claims 5 --model {MODEL_ID} {CLARIFY}",
+                             "Are green roofs worth it?")
+    assert view.report.web and view.report.status == "complete"

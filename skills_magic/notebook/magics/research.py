@@ -25,7 +25,7 @@ def _common(method):
             argument("--max-claims", type=positive, metavar="K", help="claims verified (the rest are listed)"),
             argument("--votes", type=positive, metavar="N", help="voters per claim"),
             argument("--refutations", type=positive, metavar="R", help="refutations that refute a claim"),
-            argument("--web", action="store_true",
+            argument("--web", "--web-search", dest="web", action="store_true",
                      help="the agents may use the API's server-side web search and fetch (voters: search)"),
             argument("--allowed-domain", dest="allowed_domains", action="append", default=[], metavar="D",
                      help="with --web: the only domains searched and fetched (repeatable)"),
