@@ -331,3 +331,50 @@ def test_the_magic_refuses_a_domain_without_web_search(ip, tmp_path, monkeypatch
     notebook_folder(monkeypatch, tmp_path, db="skills.sqlite", lock=None, sources="bundled")
     with registered_magics(ip), pytest.raises(UsageError, match="--web-search"):
         ip.run_cell_magic("skill", "verify --allowed-domain example.org", CELL)
+
+
+# --- a paused vote under the cap ----------------------------------------------------------------------------------------
+
+
+def test_each_continuation_of_a_paused_vote_is_held_by_the_cap_before_it_is_sent(tmp_path):
+    from skills_magic.runs.budget import Budget
+
+    log = RunLog(Database(str(tmp_path / "log.sqlite")), "s")
+    api = FakeMessagesAPI([paused_part(), searched_answer()])
+    voter = v.ModelVoter(model(api), MODEL_ID, web=w.WebTools())
+    first_hold = Budget(1.0).call_cost(MODEL_ID, voter.request(CLAIM, 1, 1, 1))
+    budget = Budget(first_hold * 1.5)  # room for the first request, not for a continuation on top of it
+    result = asyncio.run(v.verify([CLAIM], [voter], votes_per_claim=1, refutations_required=1, run_log=log,
+                                  budget=budget))
+
+    vote = only_vote(result)
+    assert vote.status == "abstained" and vote.reason.startswith("a continuation not sent: stopped before a call")
+    assert len(api.bodies()) == 1  # the continuation was never sent
+    spent = cost_of(MODEL_ID, paused_part()["usage"])
+    assert budget.spent == pytest.approx(spent) and budget.held == pytest.approx(0.0)  # the first part, and its search
+    [row] = log.rows(kind="vote", bodies=True)
+    assert len(row["responses"]) == 1 and row["responses"][0]["stop_reason"] == "pause_turn"  # the part it had
+
+
+def test_a_vote_timed_out_part_way_keeps_the_parts_it_had_in_the_run_log(tmp_path):
+    log = RunLog(Database(str(tmp_path / "log.sqlite")), "s")
+
+    class Slow:
+        name = "slow"
+
+        def __init__(self):
+            self.sent = 0
+
+        async def acreate(self, request):
+            self.sent += 1
+            if self.sent == 1:
+                return paused_part()
+            await asyncio.sleep(5)
+
+    voter = v.ModelVoter(Slow(), MODEL_ID, web=w.WebTools())
+    result = asyncio.run(v.verify([CLAIM], [voter], votes_per_claim=1, refutations_required=1, run_log=log,
+                                  timeout=0.2))
+
+    assert only_vote(result).reason == "timed out after 0.2 s"
+    [row] = log.rows(kind="vote", bodies=True)
+    assert [r["stop_reason"] for r in row["responses"]] == ["pause_turn"]

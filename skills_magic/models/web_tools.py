@@ -131,10 +131,13 @@ def merged(responses: list[dict[str, Any]]) -> dict[str, Any]:
     return whole
 
 
-async def complete(client, request: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[dict[str, Any], dict[str, Any]]]]:
+async def complete(client, request: dict[str, Any], *, exchanges: list | None = None, before=None
+                   ) -> tuple[dict[str, Any], list[tuple[dict[str, Any], dict[str, Any]]]]:
     """`client.acreate(request)`, continued while the server pauses the turn (at most MAX_CONTINUATIONS times): the
-    merged response and every (request, response) sent. Still paused at the end: its stop_reason stays pause_turn."""
-    exchanges = []
+    merged response and every (request, response) sent. Still paused at the end: its stop_reason stays pause_turn.
+    `exchanges`: the list they are added to as they come (so a failure part-way keeps the earlier ones);
+    `before(request)`: called before each continuation is sent (a cost cap's hold, which may refuse it)."""
+    exchanges = [] if exchanges is None else exchanges
     response = await client.acreate(request)
     exchanges.append((request, response))
     for _ in range(MAX_CONTINUATIONS):
@@ -142,6 +145,8 @@ async def complete(client, request: dict[str, Any]) -> tuple[dict[str, Any], lis
         if following is None:
             break
         request = following
+        if before is not None:
+            before(request)
         response = await client.acreate(request)
         exchanges.append((request, response))
     return merged([answer for _sent, answer in exchanges]), exchanges

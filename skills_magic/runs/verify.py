@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError
 from skills_magic.errors import InvalidArgument, SkillsMagicError
 from skills_magic.models.base import ModelClient, ModelError, capabilities, usage_of
 from skills_magic.models.prices import cost_of
-from skills_magic.models.web_tools import WebTools, complete, consulted, evidence, offer, server_uses
+from skills_magic.models.web_tools import WebTools, complete, consulted, evidence, merged, offer, server_uses
 from skills_magic.runs.budget import Budget, CapReached, dollars
 
 VOTES_PER_CLAIM = 3  # independent checks per claim: one careless voter cannot decide alone
@@ -218,10 +218,12 @@ class ModelVoter(Voter):
             "tool_choice": {"type": "tool", "name": VERDICT_TOOL_NAME},
         }, self.web)  # with web tools: offered too, and the verdict tool no longer forced
 
-    async def vote(self, vote: Vote, claim: Claim, votes: int, refutations: int) -> None:
+    async def vote(self, vote: Vote, claim: Claim, votes: int, refutations: int, before=None) -> None:
+        """`before(request)`: called before each continuation of a paused turn is sent (the cap's hold)."""
         vote.calls += 1
         request = self.request(claim, vote.voter, votes, refutations)
-        response, vote.exchanges = await complete(self.client, request)  # a turn the server paused: continued
+        vote.exchanges = []  # filled as the parts come: a failure part-way keeps the ones sent
+        response, _ = await complete(self.client, request, exchanges=vote.exchanges, before=before)
         vote.calls += len(vote.exchanges) - 1
         usage = usage_of(response)
         vote.input_tokens, vote.output_tokens = usage["input_tokens"], usage["output_tokens"]
@@ -286,14 +288,17 @@ async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_c
     async def one(claim: ClaimResult, vote: Vote) -> None:
         voter = seats[(vote.voter - 1) % len(seats)]
         async with limit:
-            started, held = time.perf_counter(), None
+            started, holds = time.perf_counter(), []
             try:
+                extra = {}
                 if budget is not None and isinstance(voter, ModelVoter):
-                    held = budget.reserve(voter.model_id, voter.request(claim.claim, vote.voter, votes_per_claim,
-                                                                        refutations_required))
-                await asyncio.wait_for(voter.vote(vote, claim.claim, votes_per_claim, refutations_required), timeout)
+                    holds.append(budget.reserve(voter.model_id, voter.request(claim.claim, vote.voter, votes_per_claim,
+                                                                              refutations_required)))
+                    extra["before"] = lambda sent: holds.append(budget.reserve(voter.model_id, sent))  # continuations
+                await asyncio.wait_for(voter.vote(vote, claim.claim, votes_per_claim, refutations_required, **extra),
+                                       timeout)
             except CapReached as stop:
-                vote.reason = f"not sent: {stop}"
+                vote.reason = f"{'a continuation ' if vote.exchanges else ''}not sent: {stop}"
             except asyncio.TimeoutError:
                 vote.reason = f"timed out after {timeout:g} s"
             except _Abstain as abstain:
@@ -303,10 +308,9 @@ async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_c
             except Exception as error:  # a voter's own failure is its abstention, never the run's end
                 vote.reason = f"{type(error).__name__}: {error}"
             vote.seconds = time.perf_counter() - started
-            if held is not None:  # its hold released; what it reported spent
-                spent = {"input_tokens": vote.input_tokens, "output_tokens": vote.output_tokens,
-                         "server_tool_use": vote.server_uses}
-                budget.settle(held, voter.model_id, spent if vote.input_tokens or vote.output_tokens else None)
+            if holds:  # its holds released; what its answered parts reported spent (a failure part-way included)
+                spent = merged([answer for _sent, answer in vote.exchanges]).get("usage") if vote.exchanges else None
+                budget.settle(sum(holds), voter.model_id, spent or None)
         if vote.verdict is not None:
             vote.status = "refuted" if vote.verdict.refuted else "upheld"
         else:
