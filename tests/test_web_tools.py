@@ -293,7 +293,7 @@ def test_complete_keeps_pause_turn_when_still_paused():
         async def acreate(self, request):
             return {"content": [{"type": "text", "text": "…"}], "stop_reason": "pause_turn", "usage": {"input_tokens": 1}}
 
-    response, exchanges = asyncio.run(w.complete(Paused(), {"messages": [{"role": "user", "content": "q"}]}))
+    response, exchanges = asyncio.run(w.complete(Paused().acreate, {"messages": [{"role": "user", "content": "q"}]}))
     assert response["stop_reason"] == "pause_turn" and len(exchanges) == w.MAX_CONTINUATIONS + 1
     assert response["usage"]["input_tokens"] == w.MAX_CONTINUATIONS + 1
     assert len(exchanges[-1][0]["messages"]) == 2  # one assistant message, extended each time

@@ -131,23 +131,21 @@ def merged(responses: list[dict[str, Any]]) -> dict[str, Any]:
     return whole
 
 
-async def complete(client, request: dict[str, Any], *, exchanges: list | None = None, before=None
+async def complete(send, request: dict[str, Any], *, exchanges: list | None = None
                    ) -> tuple[dict[str, Any], list[tuple[dict[str, Any], dict[str, Any]]]]:
-    """`client.acreate(request)`, continued while the server pauses the turn (at most MAX_CONTINUATIONS times): the
-    merged response and every (request, response) sent. Still paused at the end: its stop_reason stays pause_turn.
-    `exchanges`: the list they are added to as they come (so a failure part-way keeps the earlier ones);
-    `before(request)`: called before each continuation is sent (a cost cap's hold, which may refuse it)."""
+    """`await send(request)` (a client's `acreate`, or a caller's wrapper that holds a cap or logs each part),
+    continued while the server pauses the turn (at most MAX_CONTINUATIONS times): the merged response and every
+    (request, response) sent, added to `exchanges` as they come (so a failure part-way keeps the earlier ones).
+    Still paused at the end: its stop_reason stays pause_turn."""
     exchanges = [] if exchanges is None else exchanges
-    response = await client.acreate(request)
+    response = await send(request)
     exchanges.append((request, response))
     for _ in range(MAX_CONTINUATIONS):
         following = continuation(request, response)
         if following is None:
             break
         request = following
-        if before is not None:
-            before(request)
-        response = await client.acreate(request)
+        response = await send(request)
         exchanges.append((request, response))
     return merged([answer for _sent, answer in exchanges]), exchanges
 

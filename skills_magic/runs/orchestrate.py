@@ -273,18 +273,20 @@ class Orchestra:
 
     async def _turn(self, request: dict[str, Any], stage: str, key: str, attempt: int, made: list[int]
                     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """One answer: a request and its pause_turn continuations (each one call under the limit and the cap), the
-        parts merged into one response; the run log row of each part."""
-        parts: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        while True:
-            parts.append(await self._call(request, stage, key, attempt, made))
-            following = web_tools.continuation(request, parts[-1][0])
-            if following is None or len(parts) > web_tools.MAX_CONTINUATIONS:
-                responses = [response for response, _row in parts]
-                return (web_tools.merged(responses) if len(parts) > 1 else responses[0]), [row for _r, row in parts]
-            self._record([parts[-1][1]], "paused", None)
-            parts[-1] = (parts[-1][0], {})  # recorded already
-            request = following
+        """One answer: a request and its pause_turn continuations (web_tools.complete; each part one call under the
+        limit and the cap), merged into one response; the run log row of its last part, still to be recorded (each
+        paused part is recorded as "paused" before its continuation is sent)."""
+        last: list[dict[str, Any]] = []
+
+        async def send(sent: dict[str, Any]) -> dict[str, Any]:
+            if last:
+                self._record([last.pop()], "paused", None)
+            response, row = await self._call(sent, stage, key, attempt, made)
+            last.append(row)
+            return response
+
+        response, _exchanges = await web_tools.complete(send, request)
+        return response, last
 
     async def _call(self, request: dict[str, Any], stage: str, key: str, attempt: int, made: list[int]
                     ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -299,19 +301,15 @@ class Orchestra:
             started = time.perf_counter()
             made[0] += 1
             try:
-                try:
-                    response = await asyncio.wait_for(client.acreate(request), self.timeout)
-                except asyncio.TimeoutError:
-                    raise ModelError(f"no answer within {self.timeout:g} s", kind="timeout") from None
-                except ModelError:
-                    raise
-                except Exception as error:  # a client's own failure is this agent's abstention, never the run's end
-                    raise ModelError(f"{type(error).__name__}: {error}") from error
-            except ModelError as error:
+                response = await asyncio.wait_for(client.acreate(request), self.timeout)
+            except Exception as error:  # a timeout, a model error or a client's own failure: this agent's abstention
+                failure = (error if isinstance(error, ModelError) else
+                           ModelError(f"no answer within {self.timeout:g} s", kind="timeout")
+                           if isinstance(error, asyncio.TimeoutError) else ModelError(f"{type(error).__name__}: {error}"))
                 if self.budget is not None:
                     self.budget.settle(held, self.model_id, None)
-                self._record([{**row, "seconds": time.perf_counter() - started}], "error", str(error))
-                raise
+                self._record([{**row, "seconds": time.perf_counter() - started}], "error", str(failure))
+                raise failure from (None if failure is error else error)
         raw_usage = response.get("usage") or {}
         usage = {**usage_of(response), **web_tools.server_uses(raw_usage)}
         self.calls += 1

@@ -355,13 +355,13 @@ def run_research(client, model_id: str, subject: str | Sequence[Claim], *, run_l
     """`%%skill research` (a question) or `reverify` (claims), from synchronous code: the calls run in a worker
     thread's event loop (a notebook's kernel runs one already); KeyboardInterrupt cancels and keeps the report so far.
     `settings`: angles, max_sources, max_claims (max_verified_claims), votes, refutations; None keeps the constant."""
-    from skills_magic.runs.budget import Budget, session_cap
+    from skills_magic.runs.budget import capped
 
     names = {"max_claims": "max_verified_claims", "votes": "votes_per_claim", "refutations": "refutations_required"}
     chosen = replace(Settings(), **{names.get(k, k): v for k, v in settings.items() if v is not None})
     tools = WebTools(search=True, fetch=True, allowed_domains=tuple(allowed_domains)) if web else None
     name = f"{'research' if isinstance(subject, str) else 'reverify'}-{uuid.uuid4().hex[:12]}"
-    orchestra = Orchestra(client, model_id, budget=Budget(session_cap(max_cost)), run_log=run_log, on_event=on_event,
+    orchestra = Orchestra(client, model_id, budget=capped(max_cost), run_log=run_log, on_event=on_event,
                           name=name)
     if isinstance(subject, str):
         return run_in_loop_thread(lambda: research(orchestra, subject, clarifications=clarifications, web=tools,

@@ -218,12 +218,13 @@ class ModelVoter(Voter):
             "tool_choice": {"type": "tool", "name": VERDICT_TOOL_NAME},
         }, self.web)  # with web tools: offered too, and the verdict tool no longer forced
 
-    async def vote(self, vote: Vote, claim: Claim, votes: int, refutations: int, before=None) -> None:
-        """`before(request)`: called before each continuation of a paused turn is sent (the cap's hold)."""
+    async def vote(self, vote: Vote, claim: Claim, votes: int, refutations: int, send=None) -> None:
+        """`send(request)`: how each request (the first, and each continuation of a paused turn) is sent, else
+        the client's `acreate` (verify's sends through the cap's hold)."""
         vote.calls += 1
         request = self.request(claim, vote.voter, votes, refutations)
         vote.exchanges = []  # filled as the parts come: a failure part-way keeps the ones sent
-        response, _ = await complete(self.client, request, exchanges=vote.exchanges, before=before)
+        response, _ = await complete(send or self.client.acreate, request, exchanges=vote.exchanges)
         vote.calls += len(vote.exchanges) - 1
         usage = usage_of(response)
         vote.input_tokens, vote.output_tokens = usage["input_tokens"], usage["output_tokens"]
@@ -294,7 +295,13 @@ async def verify(claims: Sequence[Claim], seats: Sequence[Voter], *, votes_per_c
                 if budget is not None and isinstance(voter, ModelVoter):
                     holds.append(budget.reserve(voter.model_id, voter.request(claim.claim, vote.voter, votes_per_claim,
                                                                               refutations_required)))
-                    extra["before"] = lambda sent: holds.append(budget.reserve(voter.model_id, sent))  # continuations
+
+                    async def held(sent, voter=voter):  # each continuation of a paused turn is held before it is sent
+                        if vote.exchanges:
+                            holds.append(budget.reserve(voter.model_id, sent))
+                        return await voter.client.acreate(sent)
+
+                    extra["send"] = held
                 await asyncio.wait_for(voter.vote(vote, claim.claim, votes_per_claim, refutations_required, **extra),
                                        timeout)
             except CapReached as stop:

@@ -7,6 +7,7 @@ from typing import Any
 
 from skills_magic.notebook.views.base import NAME_CELL_STYLE, View, escape, plural, table_html, table_text
 from skills_magic.notebook.views.votes import VOTE_MARK, votes_table_html
+from skills_magic.runs.budget import dollars
 
 BOARD_COLUMNS = ("stage", "started", "done", "abstained", "running")
 PROSE = ("executive summary", "complete", "needs clarifying", "stopped early")  # sections shown as a paragraph
@@ -31,10 +32,6 @@ def board_html(stages: dict[str, dict[str, int]], summary: str = "") -> str:
     head = "".join(f"<th style='{NAME_CELL_STYLE}'>{c}</th>" for c in BOARD_COLUMNS)
     note = f"<p class='board-summary'>{escape(summary)}</p>" if summary else ""
     return f"<table class='skills-magic-board'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{note}"
-
-
-def dollars(amount: float) -> str:
-    return f"${amount:.4f}" if amount < 1 else f"${amount:,.2f}"
 
 
 def calls_line(report) -> str:
